@@ -1,0 +1,575 @@
+//! Metric aggregation (design.md §4): one collector owns every histogram.
+//! Backends feed it query, session, replica and event records; it bins them
+//! by phase (completion time) and by second, merges HdrHistograms (never
+//! averages percentiles) and checks at the end that every query and session
+//! is counted exactly once. Pure: no clocks, no I/O.
+
+use super::model::{replica_name, Class, ReplicaId, Role};
+use super::phases::{locate, Phase, WARMUP};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One finished query (times in seconds from run start).
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueryRecord {
+    /// Session number (unique within the run).
+    pub session: u64,
+    /// Class of the session.
+    pub class: Class,
+    /// Replica that served (or failed) it.
+    pub replica: ReplicaId,
+    /// When the client's schedule said it should start.
+    pub intended_s: f64,
+    /// When it was actually sent.
+    pub start_s: f64,
+    /// When it returned or failed.
+    pub end_s: f64,
+    /// `None` when it succeeded, else a short error kind.
+    pub error: Option<String>,
+}
+
+/// One ended session.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionRecord {
+    /// Class.
+    pub class: Class,
+    /// When the session's first query was due (its intended start).
+    pub start_s: f64,
+    /// When it closed or broke.
+    pub end_s: f64,
+    /// `None` when completed, else why it was aborted.
+    pub abort: Option<String>,
+}
+
+/// A once-per-second view of one replica.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplicaSample {
+    /// Whether the replica is really up (backend truth, not the router's view).
+    pub up: bool,
+    /// Its role in the router.
+    pub role: Role,
+    /// Active sessions `[P, F]` in the router.
+    pub active: [u32; 2],
+    /// Cumulative CPU seconds, when measurable.
+    pub cpu_s: Option<f64>,
+}
+
+/// A row of events.csv.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EventRow {
+    /// Seconds from run start.
+    pub t_s: f64,
+    /// `fault`, `detect`, `role`, `note`, ...
+    pub kind: String,
+    /// `r1`.. or empty.
+    pub replica: String,
+    /// Free text.
+    pub detail: String,
+}
+
+#[derive(Clone)]
+struct ClassAgg {
+    completed: u64,
+    errors: u64,
+    latency_us: Histogram<u64>,
+    service_us: Histogram<u64>,
+    lifetime_ms: Histogram<u64>,
+    lifetime_sum_s: f64,
+    sessions_ended: u64,
+    aborted: u64,
+}
+
+impl ClassAgg {
+    fn new() -> ClassAgg {
+        let h = || Histogram::new(3).expect("3 significant digits are valid");
+        ClassAgg {
+            completed: 0,
+            errors: 0,
+            latency_us: h(),
+            service_us: h(),
+            lifetime_ms: h(),
+            lifetime_sum_s: 0.0,
+            sessions_ended: 0,
+            aborted: 0,
+        }
+    }
+}
+
+#[derive(Clone)]
+struct SecondAgg {
+    completed: u64,
+    latency_ms: Histogram<u32>,
+    active: u32,
+}
+
+/// Owns every aggregate of a run.
+pub struct Collector {
+    phases: Vec<Phase>,
+    cpus: f64,
+    per_phase: Vec<[ClassAgg; 2]>,
+    seconds: Vec<[SecondAgg; 2]>,
+    replica_rows: Vec<ReplicaRow>,
+    cpu_series: Vec<Vec<(f64, f64)>>,
+    events: Vec<EventRow>,
+    raw: Option<Vec<QueryRow>>,
+    sessions_started: [u64; 2],
+    abort_reasons: BTreeMap<(Class, String), u64>,
+    error_kinds: BTreeMap<(Class, String), u64>,
+}
+
+/// A row of phases.csv (column order is the public contract).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PhaseRow {
+    pub phase: String,
+    pub start_s: f64,
+    pub end_s: f64,
+    pub survivors: usize,
+    pub class: Class,
+    pub completed: u64,
+    pub goodput_qps: f64,
+    pub retention: Option<f64>,
+    pub p50_ms: Option<f64>,
+    pub p95_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub inflation_p95: Option<f64>,
+    pub sessions_ended: u64,
+    pub lifetime_mean_s: Option<f64>,
+    pub lifetime_p95_s: Option<f64>,
+    pub errors: u64,
+    pub aborted_sessions: u64,
+    pub cpu_mean: Option<f64>,
+    pub cpu_cv: Option<f64>,
+}
+
+/// A row of timeseries.csv.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SeriesRow {
+    pub t_s: u32,
+    pub class: Class,
+    pub completed: u64,
+    pub goodput_qps: f64,
+    pub p95_ms: Option<f64>,
+    pub active_sessions: u32,
+}
+
+/// A row of replicas.csv.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ReplicaRow {
+    pub t_s: f64,
+    pub replica: String,
+    pub up: bool,
+    pub role: Role,
+    pub cpu_fraction: Option<f64>,
+    pub active_p: u32,
+    pub active_f: u32,
+}
+
+/// A row of queries.csv (`--raw`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct QueryRow {
+    pub session: u64,
+    pub class: Class,
+    pub replica: String,
+    pub intended_us: u64,
+    pub start_us: u64,
+    pub end_us: u64,
+    pub ok: bool,
+    pub error: String,
+}
+
+/// Mean CPU fraction of one replica over one phase.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ReplicaCpu {
+    pub phase: String,
+    pub replica: String,
+    pub u: f64,
+}
+
+/// Everything a run measured, ready for the writers.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunMetrics {
+    pub phases: Vec<PhaseRow>,
+    pub timeseries: Vec<SeriesRow>,
+    pub replicas: Vec<ReplicaRow>,
+    pub replica_cpu: Vec<ReplicaCpu>,
+    pub events: Vec<EventRow>,
+    #[serde(skip)]
+    pub queries: Option<Vec<QueryRow>>,
+    pub sessions_started: [u64; 2],
+    pub sessions_in_flight: [u64; 2],
+    pub abort_reasons: Vec<(Class, String, u64)>,
+    pub error_kinds: Vec<(Class, String, u64)>,
+}
+
+/// Rounds to 4 decimals so files are stable and readable.
+pub fn r4(x: f64) -> f64 {
+    (x * 1e4).round() / 1e4
+}
+
+/// Records into an auto-resizing histogram (values beyond u64 saturate).
+fn record<T: hdrhistogram::Counter>(h: &mut Histogram<T>, v: u64) {
+    if h.record(v).is_err() {
+        h.saturating_record(v);
+    }
+}
+
+fn us(t_s: f64) -> u64 {
+    (t_s * 1e6).round().max(0.0) as u64
+}
+
+impl Collector {
+    /// A collector for a run cut into `phases`, `replicas` replicas of
+    /// `cpus` cores each; keeps raw query rows when `raw`.
+    pub fn new(phases: Vec<Phase>, replicas: usize, cpus: f64, raw: bool) -> Collector {
+        let end = phases.last().map_or(0.0, |p| p.end_s);
+        let secs = end.ceil().max(1.0) as usize;
+        let second = || SecondAgg {
+            completed: 0,
+            latency_ms: Histogram::new(3).expect("valid"),
+            active: 0,
+        };
+        Collector {
+            per_phase: phases.iter().map(|_| [ClassAgg::new(), ClassAgg::new()]).collect(),
+            phases,
+            cpus,
+            seconds: (0..secs).map(|_| [second(), second()]).collect(),
+            replica_rows: Vec::new(),
+            cpu_series: vec![Vec::new(); replicas],
+            events: Vec::new(),
+            raw: raw.then(Vec::new),
+            sessions_started: [0; 2],
+            abort_reasons: BTreeMap::new(),
+            error_kinds: BTreeMap::new(),
+        }
+    }
+
+    /// The phases this collector bins into.
+    pub fn phases(&self) -> &[Phase] {
+        &self.phases
+    }
+
+    fn second(&self, t_s: f64) -> usize {
+        (t_s.max(0.0) as usize).min(self.seconds.len() - 1)
+    }
+
+    /// Counts a query in the phase and second of its completion.
+    pub fn query(&mut self, q: QueryRecord) {
+        let c = q.class.idx();
+        let phase = locate(&self.phases, q.end_s);
+        let sec = self.second(q.end_s);
+        let agg = &mut self.per_phase[phase][c];
+        match &q.error {
+            None => {
+                let latency = us(q.end_s - q.intended_s).max(1);
+                agg.completed += 1;
+                record(&mut agg.latency_us, latency);
+                record(&mut agg.service_us, us(q.end_s - q.start_s).max(1));
+                let s = &mut self.seconds[sec][c];
+                s.completed += 1;
+                record(&mut s.latency_ms, latency.div_ceil(1000));
+            }
+            Some(kind) => {
+                agg.errors += 1;
+                *self.error_kinds.entry((q.class, kind.clone())).or_default() += 1;
+            }
+        }
+        if let Some(raw) = &mut self.raw {
+            raw.push(QueryRow {
+                session: q.session,
+                class: q.class,
+                replica: replica_name(q.replica),
+                intended_us: us(q.intended_s),
+                start_us: us(q.start_s),
+                end_us: us(q.end_s),
+                ok: q.error.is_none(),
+                error: q.error.unwrap_or_default(),
+            });
+        }
+    }
+
+    /// Counts a session as started.
+    pub fn session_started(&mut self, class: Class) {
+        self.sessions_started[class.idx()] += 1;
+    }
+
+    /// Counts an ended session in the phase of its end.
+    pub fn session_ended(&mut self, s: SessionRecord) {
+        let agg = &mut self.per_phase[locate(&self.phases, s.end_s)][s.class.idx()];
+        match s.abort {
+            None => {
+                let life = (s.end_s - s.start_s).max(0.0);
+                agg.sessions_ended += 1;
+                agg.lifetime_sum_s += life;
+                record(&mut agg.lifetime_ms, (life * 1000.0).round().max(1.0) as u64);
+            }
+            Some(reason) => {
+                agg.aborted += 1;
+                *self.abort_reasons.entry((s.class, reason)).or_default() += 1;
+            }
+        }
+    }
+
+    /// Records the once-per-second view of every replica at `t_s`.
+    pub fn sample(&mut self, t_s: f64, replicas: &[ReplicaSample]) {
+        let sec = self.second(t_s);
+        let mut active = [0u32; 2];
+        for (r, s) in replicas.iter().enumerate() {
+            active[0] += s.active[0];
+            active[1] += s.active[1];
+            let series = &mut self.cpu_series[r];
+            let cpu_fraction = match (s.cpu_s, series.last()) {
+                (Some(now), Some(&(t0, c0))) if t_s > t0 => Some(r4(((now - c0) / (self.cpus * (t_s - t0))).max(0.0))),
+                _ => None,
+            };
+            if let Some(c) = s.cpu_s {
+                series.push((t_s, c));
+            }
+            self.replica_rows.push(ReplicaRow {
+                t_s: r4(t_s),
+                replica: replica_name(r),
+                up: s.up,
+                role: s.role,
+                cpu_fraction,
+                active_p: s.active[0],
+                active_f: s.active[1],
+            });
+        }
+        for c in 0..2 {
+            self.seconds[sec][c].active = active[c];
+        }
+    }
+
+    /// Appends a row to events.csv.
+    pub fn event(&mut self, t_s: f64, kind: &str, replica: Option<ReplicaId>, detail: impl Into<String>) {
+        self.events.push(EventRow {
+            t_s: r4(t_s),
+            kind: kind.into(),
+            replica: replica.map(replica_name).unwrap_or_default(),
+            detail: detail.into(),
+        });
+    }
+
+    /// Cumulative CPU of replica `r` at `t`, linearly interpolated.
+    fn cpu_at(&self, r: usize, t: f64) -> Option<f64> {
+        let s = &self.cpu_series[r];
+        let i = s.iter().position(|&(ts, _)| ts >= t)?;
+        if i == 0 {
+            return (s[0].0 - t).abs().lt(&1e-9).then_some(s[0].1);
+        }
+        let ((t0, c0), (t1, c1)) = (s[i - 1], s[i]);
+        Some(c0 + (c1 - c0) * (t - t0) / (t1 - t0))
+    }
+
+    /// Per-replica `u_r` over each phase for replicas `available(phase, r)`.
+    fn phase_cpu(&self, available: &dyn Fn(&Phase, usize) -> bool) -> (Vec<ReplicaCpu>, Vec<Option<(f64, f64)>>) {
+        let mut rows = Vec::new();
+        let mut stats = Vec::new();
+        for p in &self.phases {
+            let mut us = Vec::new();
+            for r in 0..self.cpu_series.len() {
+                if !available(p, r) {
+                    continue;
+                }
+                if let (Some(a), Some(b)) = (self.cpu_at(r, p.start_s), self.cpu_at(r, p.end_s)) {
+                    let u = (b - a) / (self.cpus * p.len_s());
+                    us.push(u);
+                    rows.push(ReplicaCpu { phase: p.name.clone(), replica: replica_name(r), u: r4(u) });
+                }
+            }
+            stats.push((!us.is_empty()).then(|| {
+                let mean = us.iter().sum::<f64>() / us.len() as f64;
+                let var = us.iter().map(|u| (u - mean).powi(2)).sum::<f64>() / us.len() as f64;
+                (mean, if mean > 0.0 { var.sqrt() / mean } else { 0.0 })
+            }));
+        }
+        (rows, stats)
+    }
+
+    /// Builds the rows of every file. `available(phase, r)` says whether
+    /// replica r was up through the phase (for u_mean and CV);
+    /// `in_flight` is the sessions still open at the end per class.
+    pub fn finish(self, available: &dyn Fn(&Phase, usize) -> bool, in_flight: [u64; 2]) -> RunMetrics {
+        let (replica_cpu, cpu_stats) = self.phase_cpu(available);
+        let baseline = self.phases.iter().position(|p| p.name == "baseline");
+        let pct = |h: &Histogram<u64>, q: f64, div: f64| (!h.is_empty()).then(|| r4(h.value_at_quantile(q) as f64 / div));
+        let mut phases = Vec::new();
+        for (i, p) in self.phases.iter().enumerate() {
+            for class in Class::ALL {
+                let a = &self.per_phase[i][class.idx()];
+                let goodput = a.completed as f64 / p.len_s().max(1e-9);
+                let p95 = pct(&a.latency_us, 0.95, 1000.0);
+                let (retention, inflation) = match baseline {
+                    Some(b) if p.name != WARMUP => {
+                        let base = &self.per_phase[b][class.idx()];
+                        let base_g = base.completed as f64 / self.phases[b].len_s().max(1e-9);
+                        let base_p95 = pct(&base.latency_us, 0.95, 1000.0);
+                        (
+                            (base_g > 0.0).then(|| r4(goodput / base_g)),
+                            p95.zip(base_p95).filter(|(_, b)| *b > 0.0).map(|(x, b)| r4(x / b)),
+                        )
+                    }
+                    _ => (None, None),
+                };
+                phases.push(PhaseRow {
+                    phase: p.name.clone(),
+                    start_s: r4(p.start_s),
+                    end_s: r4(p.end_s),
+                    survivors: p.survivors,
+                    class,
+                    completed: a.completed,
+                    goodput_qps: r4(goodput),
+                    retention,
+                    p50_ms: pct(&a.latency_us, 0.50, 1000.0),
+                    p95_ms: p95,
+                    p99_ms: pct(&a.latency_us, 0.99, 1000.0),
+                    inflation_p95: inflation,
+                    sessions_ended: a.sessions_ended,
+                    lifetime_mean_s: (a.sessions_ended > 0).then(|| r4(a.lifetime_sum_s / a.sessions_ended as f64)),
+                    lifetime_p95_s: pct(&a.lifetime_ms, 0.95, 1000.0),
+                    errors: a.errors,
+                    aborted_sessions: a.aborted,
+                    cpu_mean: cpu_stats[i].map(|s| r4(s.0)),
+                    cpu_cv: cpu_stats[i].map(|s| r4(s.1)),
+                });
+            }
+        }
+        let timeseries = self
+            .seconds
+            .iter()
+            .enumerate()
+            .flat_map(|(t, sec)| {
+                Class::ALL.into_iter().map(move |class| {
+                    let s = &sec[class.idx()];
+                    SeriesRow {
+                        t_s: t as u32,
+                        class,
+                        completed: s.completed,
+                        goodput_qps: s.completed as f64,
+                        p95_ms: (!s.latency_ms.is_empty()).then(|| s.latency_ms.value_at_quantile(0.95) as f64),
+                        active_sessions: s.active,
+                    }
+                })
+            })
+            .collect();
+        RunMetrics {
+            phases,
+            timeseries,
+            replicas: self.replica_rows,
+            replica_cpu,
+            events: self.events,
+            queries: self.raw,
+            sessions_started: self.sessions_started,
+            sessions_in_flight: in_flight,
+            abort_reasons: self.abort_reasons.into_iter().map(|((c, r), n)| (c, r, n)).collect(),
+            error_kinds: self.error_kinds.into_iter().map(|((c, r), n)| (c, r, n)).collect(),
+        }
+    }
+}
+
+/// An accounting violation: the run's files would not add up.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("accounting check failed: {0}")]
+pub struct AccountingError(pub String);
+
+impl RunMetrics {
+    /// Checks that every session is completed, aborted or in flight, and
+    /// that per-class query totals agree across phases, time series and raw
+    /// rows (design.md §5, issue: reliability).
+    pub fn check_accounting(&self) -> Result<(), AccountingError> {
+        for class in Class::ALL {
+            let c = class.idx();
+            let rows = self.phases.iter().filter(|r| r.class == class);
+            let (done, aborted, completed, errors) = rows.fold((0, 0, 0, 0), |acc, r| {
+                (acc.0 + r.sessions_ended, acc.1 + r.aborted_sessions, acc.2 + r.completed, acc.3 + r.errors)
+            });
+            if done + aborted + self.sessions_in_flight[c] != self.sessions_started[c] {
+                return Err(AccountingError(format!(
+                    "class {class}: {} sessions started but {done} completed + {aborted} aborted + {} in flight",
+                    self.sessions_started[c], self.sessions_in_flight[c]
+                )));
+            }
+            let series: u64 = self.timeseries.iter().filter(|r| r.class == class).map(|r| r.completed).sum();
+            if series != completed {
+                return Err(AccountingError(format!(
+                    "class {class}: phases.csv counts {completed} completed queries, timeseries.csv {series}"
+                )));
+            }
+            if let Some(raw) = &self.queries {
+                let ok = raw.iter().filter(|q| q.class == class && q.ok).count() as u64;
+                let failed = raw.iter().filter(|q| q.class == class && !q.ok).count() as u64;
+                if ok != completed || failed != errors {
+                    return Err(AccountingError(format!(
+                        "class {class}: queries.csv has {ok} ok / {failed} failed, phases.csv {completed} / {errors}"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::phases::cut;
+
+    fn collector() -> Collector {
+        Collector::new(cut(&[], 2, 10.0, 5.0, 20.0), 2, 0.5, true)
+    }
+
+    fn q(end_s: f64, error: Option<&str>) -> QueryRecord {
+        QueryRecord {
+            session: 1,
+            class: Class::P,
+            replica: 0,
+            intended_s: end_s - 0.1,
+            start_s: end_s - 0.05,
+            end_s,
+            error: error.map(String::from),
+        }
+    }
+
+    #[test]
+    fn latency_is_from_intended_start_and_phases_bin_by_completion() {
+        let mut c = collector();
+        c.query(q(5.0, None));
+        c.query(q(15.0, None));
+        c.query(q(15.5, Some("timeout")));
+        let m = c.finish(&|_, _| true, [0, 0]);
+        let base = m.phases.iter().find(|r| r.phase == "baseline" && r.class == Class::P).unwrap();
+        assert_eq!((base.completed, base.errors), (1, 1));
+        assert!((base.p95_ms.unwrap() - 100.0).abs() < 0.1, "3 significant digits");
+        assert_eq!(base.goodput_qps, r4(1.0 / 10.0));
+        m.check_accounting().unwrap();
+    }
+
+    #[test]
+    fn unaccounted_sessions_fail_the_check() {
+        let mut c = collector();
+        c.session_started(Class::F);
+        c.session_started(Class::F);
+        c.session_ended(SessionRecord { class: Class::F, start_s: 1.0, end_s: 3.0, abort: None });
+        let m = c.finish(&|_, _| true, [0, 0]);
+        assert!(m.check_accounting().unwrap_err().0.contains("2 sessions started"));
+        let mut c = collector();
+        c.session_started(Class::F);
+        let m = c.finish(&|_, _| true, [0, 1]);
+        m.check_accounting().unwrap();
+    }
+
+    #[test]
+    fn cpu_fraction_comes_from_cumulative_samples() {
+        let mut c = collector();
+        let s = |cpu| ReplicaSample { up: true, role: Role::M, active: [0, 0], cpu_s: Some(cpu) };
+        for t in 0..=20 {
+            c.sample(t as f64, &[s(t as f64 * 0.25), s(t as f64 * 0.5)]);
+        }
+        let m = c.finish(&|_, _| true, [0, 0]);
+        let base = m.phases.iter().find(|r| r.phase == "baseline").unwrap();
+        // u = 0.5 and 1.0 -> mean 0.75, cv = 0.25/0.75.
+        assert_eq!(base.cpu_mean, Some(0.75));
+        assert_eq!(base.cpu_cv, Some(r4(1.0 / 3.0)));
+        assert_eq!(m.replicas[2].cpu_fraction, Some(0.5));
+    }
+}

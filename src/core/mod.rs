@@ -1,0 +1,13 @@
+//! The pure core: vocabulary, PLB roles, strategies, workload and fault
+//! schedules, phase cutting and metric aggregation. Nothing in here performs
+//! I/O or reads a clock, so every backend (and every test) drives the same
+//! code with its own notion of time.
+
+pub mod faults;
+pub mod metrics;
+pub mod model;
+pub mod phases;
+pub mod roles;
+pub mod router;
+pub mod schedule;
+pub mod workload;

@@ -1,0 +1,320 @@
+//! The routing interface shared by every backend (design.md §2): given the
+//! router's view (replica health, roles, per-class active sessions) and a new
+//! session's class, return a replica or "no capacity". Strategies are a closed
+//! enum dispatched with `match`; PLB's role state lives here too.
+
+use super::model::{Class, ReplicaId, Role};
+use super::roles::{self, Move, RoleVector, Slot};
+use clap::ValueEnum;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A routing strategy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// The paper's policy: P/M/F roles, load-aware admission, repair-to-target.
+    Plb,
+    /// Static per-class partitions (default 3RR+2RR), round robin inside each.
+    RrSplit,
+    /// Shared round robin over all healthy replicas (5RR).
+    Rr,
+    /// Least active sessions over all healthy replicas (ablation).
+    Lc,
+}
+
+impl Strategy {
+    /// Every strategy, in report order.
+    pub const ALL: [Strategy; 4] = [Strategy::Plb, Strategy::RrSplit, Strategy::Rr, Strategy::Lc];
+
+    /// The name used on the command line and in files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Plb => "plb",
+            Strategy::RrSplit => "rr-split",
+            Strategy::Rr => "rr",
+            Strategy::Lc => "lc",
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Router settings (validated by the plan).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RouterConfig {
+    /// Which strategy routes.
+    pub strategy: Strategy,
+    /// Number of replicas K (default 5).
+    pub replicas: usize,
+    /// PLB reference split `(K_P0, K_M0, K_F0)`, sum K (default 2,1,2).
+    pub reference: RoleVector,
+    /// rr-split partition sizes `(Premium, Freemium)`, sum K (default 3:2).
+    pub split: (usize, usize),
+    /// PLB admission threshold theta in sessions per replica (default 10).
+    pub theta: u32,
+    /// PLB return factor alpha; tau = floor(alpha * theta) (default 0.7).
+    pub alpha: f64,
+}
+
+/// A role change to log in events.csv.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RoleChange {
+    /// The replica.
+    pub replica: ReplicaId,
+    /// Role before.
+    pub from: Role,
+    /// Role after.
+    pub to: Role,
+    /// Why: `repair`, `canonical`, `borrow`, `return` or `rejoin`.
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug)]
+struct Replica {
+    healthy: bool,
+    role: Role,
+    home: Option<Role>,
+    active: [u32; 2],
+}
+
+impl Replica {
+    fn load(&self) -> u32 {
+        self.active[0] + self.active[1]
+    }
+}
+
+/// The router: one per run, driven by whichever backend runs the sessions.
+#[derive(Clone, Debug)]
+pub struct Router {
+    cfg: RouterConfig,
+    tau: u32,
+    replicas: Vec<Replica>,
+    cursors: [usize; 3],
+    changes: Vec<RoleChange>,
+}
+
+impl Router {
+    /// A router with every replica healthy and roles at the reference split
+    /// (PLB) or the partition (rr-split: P then F).
+    pub fn new(cfg: RouterConfig) -> Router {
+        let k = cfg.replicas;
+        let role_at = |r: usize| match cfg.strategy {
+            Strategy::Plb => {
+                let [p, m, _] = cfg.reference;
+                if r < p {
+                    Role::P
+                } else if r < p + m {
+                    Role::M
+                } else {
+                    Role::F
+                }
+            }
+            Strategy::RrSplit if r < cfg.split.0 => Role::P,
+            Strategy::RrSplit => Role::F,
+            Strategy::Rr | Strategy::Lc => Role::M,
+        };
+        let replicas = (0..k)
+            .map(|r| Replica { healthy: true, role: role_at(r), home: None, active: [0, 0] })
+            .collect();
+        let tau = (cfg.alpha * f64::from(cfg.theta)).floor() as u32;
+        Router { cfg, tau, replicas, cursors: [0; 3], changes: Vec::new() }
+    }
+
+    /// The configuration this router was built with.
+    pub fn config(&self) -> &RouterConfig {
+        &self.cfg
+    }
+
+    /// Chooses a replica for a new session of `class` and counts it active,
+    /// or returns `None` ("no capacity").
+    pub fn admit(&mut self, class: Class) -> Option<ReplicaId> {
+        let pick = match self.cfg.strategy {
+            Strategy::Rr => self.round_robin(2, |_| true),
+            Strategy::RrSplit => {
+                let want = Role::of(class);
+                self.round_robin(class.idx(), |r| r.role == want)
+            }
+            Strategy::Lc => self.least_loaded(|_| true),
+            Strategy::Plb => self.plb_admit(class),
+        }?;
+        self.replicas[pick].active[class.idx()] += 1;
+        Some(pick)
+    }
+
+    /// Marks a session of `class` on `replica` as ended (completed or broken).
+    pub fn release(&mut self, replica: ReplicaId, class: Class) {
+        let slot = &mut self.replicas[replica].active[class.idx()];
+        debug_assert!(*slot > 0, "release without admit");
+        *slot = slot.saturating_sub(1);
+        if self.cfg.strategy == Strategy::Plb {
+            self.return_borrowed();
+        }
+    }
+
+    /// Tells the router that `replica` is (un)healthy; PLB canonicalises and
+    /// repairs its roles. A rejoining replica enters as Mixed.
+    pub fn set_health(&mut self, replica: ReplicaId, healthy: bool) {
+        let rep = &mut self.replicas[replica];
+        if rep.healthy == healthy {
+            return;
+        }
+        rep.healthy = healthy;
+        if self.cfg.strategy != Strategy::Plb {
+            return;
+        }
+        if healthy {
+            let from = rep.role;
+            rep.role = Role::M;
+            rep.home = None;
+            if from != Role::M {
+                self.changes.push(RoleChange { replica, from, to: Role::M, reason: "rejoin" });
+            }
+        }
+        self.repair();
+    }
+
+    /// Takes the role changes made since the last call, oldest first.
+    pub fn drain_changes(&mut self) -> Vec<RoleChange> {
+        std::mem::take(&mut self.changes)
+    }
+
+    /// Whether the router currently believes `replica` is healthy.
+    pub fn is_healthy(&self, replica: ReplicaId) -> bool {
+        self.replicas[replica].healthy
+    }
+
+    /// The current role of `replica` (meaningful for PLB and rr-split).
+    pub fn role(&self, replica: ReplicaId) -> Role {
+        self.replicas[replica].role
+    }
+
+    /// Active sessions `[P, F]` on `replica`.
+    pub fn active(&self, replica: ReplicaId) -> [u32; 2] {
+        self.replicas[replica].active
+    }
+
+    /// Number of healthy replicas in the router's view.
+    pub fn survivors(&self) -> usize {
+        self.replicas.iter().filter(|r| r.healthy).count()
+    }
+
+    fn round_robin(&mut self, cursor: usize, eligible: impl Fn(&Replica) -> bool) -> Option<ReplicaId> {
+        let k = self.replicas.len();
+        let start = self.cursors[cursor];
+        let pick = (0..k)
+            .map(|i| (start + i) % k)
+            .find(|&r| self.replicas[r].healthy && eligible(&self.replicas[r]))?;
+        self.cursors[cursor] = (pick + 1) % k;
+        Some(pick)
+    }
+
+    fn least_loaded(&self, eligible: impl Fn(&Replica) -> bool) -> Option<ReplicaId> {
+        self.replicas
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.healthy && eligible(r))
+            .min_by_key(|(i, r)| (r.load(), *i))
+            .map(|(i, _)| i)
+    }
+
+    fn plb_admit(&mut self, class: Class) -> Option<ReplicaId> {
+        let own = Role::of(class);
+        let theta = self.cfg.theta;
+        if let Some(r) = self.least_loaded(|r| r.role == own && r.load() < theta) {
+            return Some(r);
+        }
+        if let Some(r) = self.least_loaded(|r| r.role == Role::M) {
+            return Some(r);
+        }
+        if let Some(r) = self.borrow(class) {
+            return Some(r);
+        }
+        self.least_loaded(|r| r.role == own).or_else(|| self.least_loaded(|_| true))
+    }
+
+    /// Step 3 of PLB admission: lend a replica of the other class's role.
+    fn borrow(&mut self, class: Class) -> Option<ReplicaId> {
+        let own = Role::of(class);
+        let other = Role::of(class.other());
+        let lender = match class {
+            Class::P => {
+                // The F role must keep at least one unborrowed replica.
+                let unborrowed = self.count(|r| r.role == other && r.home.is_none());
+                let best = self.least_loaded(|r| r.role == other && r.home.is_none())?;
+                let own_best = self.least_loaded(|r| r.role == own).map(|r| self.replicas[r].load());
+                let less_loaded = own_best.map_or(true, |l| self.replicas[best].load() < l);
+                (unborrowed >= 2 && less_loaded).then_some(best)
+            }
+            Class::F => {
+                let goal = self.goal();
+                let p_count = self.count(|r| r.role == Role::P);
+                let idle = self.least_loaded(|r| r.role == Role::P && r.home.is_none() && r.active[0] == 0)?;
+                (p_count > goal[Role::P.idx()]).then_some(idle)
+            }
+        }?;
+        let rep = &mut self.replicas[lender];
+        self.changes.push(RoleChange { replica: lender, from: rep.role, to: own, reason: "borrow" });
+        rep.home = Some(rep.role);
+        rep.role = own;
+        Some(lender)
+    }
+
+    /// Returns borrowed replicas whose borrowers have left and whose
+    /// borrower role is below tau elsewhere.
+    fn return_borrowed(&mut self) {
+        for i in 0..self.replicas.len() {
+            let rep = &self.replicas[i];
+            let Some(home) = rep.home else { continue };
+            let borrower = rep.role;
+            let class_idx = if borrower == Role::P { 0 } else { 1 };
+            if rep.active[class_idx] > 0 {
+                continue;
+            }
+            let tau = self.tau;
+            let calm = self
+                .replicas
+                .iter()
+                .enumerate()
+                .all(|(j, r)| j == i || !r.healthy || r.role != borrower || r.load() < tau);
+            if calm {
+                let rep = &mut self.replicas[i];
+                self.changes.push(RoleChange { replica: i, from: rep.role, to: home, reason: "return" });
+                rep.role = home;
+                rep.home = None;
+            }
+        }
+    }
+
+    fn count(&self, pred: impl Fn(&Replica) -> bool) -> usize {
+        self.replicas.iter().filter(|r| r.healthy && pred(r)).count()
+    }
+
+    fn goal(&self) -> RoleVector {
+        roles::target(self.survivors(), self.cfg.reference, self.cfg.replicas)
+    }
+
+    /// Canonicalise, then repair toward the target for the current survivors.
+    fn repair(&mut self) {
+        for (i, rep) in self.replicas.iter_mut().enumerate().filter(|(_, r)| r.healthy) {
+            let to = roles::canonical(&Slot { role: rep.role, home: rep.home, active: rep.active });
+            if to != rep.role {
+                self.changes.push(RoleChange { replica: i, from: rep.role, to, reason: "canonical" });
+            }
+            rep.role = to;
+            rep.home = None;
+        }
+        let mut view: Vec<Option<Role>> =
+            self.replicas.iter().map(|r| r.healthy.then_some(r.role)).collect();
+        let load: Vec<u32> = self.replicas.iter().map(Replica::load).collect();
+        let goal = self.goal();
+        for Move { replica, from, to } in roles::repair(&mut view, &load, goal, self.cfg.reference) {
+            self.replicas[replica].role = to;
+            self.changes.push(RoleChange { replica, from, to, reason: "repair" });
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! The workload schedule (design.md §3): T clients arriving as a Poisson
+//! ramp, each with its class and its own seeded random generator that draws
+//! session lengths, think times, templates and parameters in a fixed order,
+//! so a seed fixes every client's script whatever the backend's timing.
+
+use super::model::Class;
+use super::workload::Workload;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Exp};
+
+/// One client's script: who it is and its private generator.
+#[derive(Clone, Debug)]
+pub struct Client {
+    /// Client number, 0-based.
+    pub id: u32,
+    /// Its class.
+    pub class: Class,
+    /// When it arrives, seconds from run start (already time-scaled).
+    pub arrival_s: f64,
+    rng: ChaCha8Rng,
+}
+
+/// One query a client is about to send.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct QueryDraw {
+    /// Template index in the workload.
+    pub template: usize,
+    /// Value bound to `$1` (0 when the template has no parameter).
+    pub param: i64,
+    /// Simulated CPU demand in seconds (template cost, jittered +-25%).
+    pub demand_s: f64,
+}
+
+/// Builds the T clients: exactly round(T x P%) Premium clients, shuffled;
+/// arrivals are a Poisson process conditioned on T arrivals within the ramp
+/// (sorted uniform times), scaled by `time_scale`.
+pub fn clients(total: u32, premium_pct: u32, ramp_s: f64, seed: u64) -> Vec<Client> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let premium = ((u64::from(total) * u64::from(premium_pct) + 50) / 100) as usize;
+    let mut classes: Vec<Class> = (0..total as usize).map(|i| if i < premium { Class::P } else { Class::F }).collect();
+    classes.shuffle(&mut rng);
+    let mut arrivals: Vec<f64> = (0..total).map(|_| rng.gen::<f64>() * ramp_s).collect();
+    arrivals.sort_by(f64::total_cmp);
+    classes
+        .into_iter()
+        .zip(arrivals)
+        .enumerate()
+        .map(|(i, (class, arrival_s))| Client {
+            id: i as u32,
+            class,
+            arrival_s,
+            rng: ChaCha8Rng::seed_from_u64(seed ^ (0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i as u64 + 1))),
+        })
+        .collect()
+}
+
+fn exp_s(rng: &mut ChaCha8Rng, mean_ms: f64) -> f64 {
+    Exp::new(1000.0 / mean_ms).expect("validated positive mean").sample(rng)
+}
+
+impl Client {
+    /// Think time before the next session, seconds (exponential).
+    pub fn between_s(&mut self, w: &Workload) -> f64 {
+        exp_s(&mut self.rng, w.session.between_ms)
+    }
+
+    /// Number of queries in the next session (uniform).
+    pub fn session_len(&mut self, w: &Workload) -> u32 {
+        self.rng.gen_range(w.session.queries_min..=w.session.queries_max)
+    }
+
+    /// Think time between two queries of a session, seconds (exponential).
+    pub fn think_s(&mut self, w: &Workload) -> f64 {
+        exp_s(&mut self.rng, w.session.think_ms)
+    }
+
+    /// The next query: template by weight, parameter, simulated demand.
+    pub fn query(&mut self, w: &Workload) -> QueryDraw {
+        let templates = w.templates(self.class);
+        let total: f64 = templates.iter().map(|(_, wt)| wt).sum();
+        let mut x = self.rng.gen::<f64>() * total;
+        let mut template = templates[templates.len() - 1].0;
+        for (i, wt) in &templates {
+            if x < *wt {
+                template = *i;
+                break;
+            }
+            x -= wt;
+        }
+        let q = &w.query[template];
+        let param = if q.key_range > 0 { self.rng.gen_range(1..=q.key_range) as i64 } else { 0 };
+        let jitter = self.rng.gen_range(0.75..1.25);
+        QueryDraw { template, param, demand_s: q.cpu_ms * jitter / 1000.0 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mix_is_exact_and_arrivals_sorted_within_ramp() {
+        let c = clients(1000, 25, 60.0, 7);
+        assert_eq!(c.iter().filter(|c| c.class == Class::P).count(), 250);
+        assert!(c.windows(2).all(|w| w[0].arrival_s <= w[1].arrival_s));
+        assert!(c.iter().all(|c| (0.0..60.0).contains(&c.arrival_s)));
+    }
+
+    #[test]
+    fn same_seed_same_script_other_seed_differs() {
+        let w = crate::core::workload::Workload::parse(include_str!("../../workloads/analytics.toml")).unwrap();
+        let draw = |seed| {
+            let mut c = clients(10, 50, 60.0, seed);
+            c.iter_mut().map(|c| (c.arrival_s, c.between_s(&w), c.query(&w))).collect::<Vec<_>>()
+        };
+        assert_eq!(draw(1), draw(1));
+        assert_ne!(draw(1), draw(2));
+    }
+}

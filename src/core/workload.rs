@@ -1,0 +1,305 @@
+//! The workload file (design.md §3): dataset, query templates per class,
+//! session shape, arrival ramp, run length and the router's admission knobs.
+//! Parsed from `&str` with unknown keys refused, then validated, so every
+//! mistake is reported with its file, line and field before anything starts.
+
+use super::model::Class;
+use serde::{Deserialize, Serialize};
+
+/// A whole workload file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    /// Short name shown in reports.
+    pub name: String,
+    /// One-line description.
+    #[serde(default)]
+    pub description: String,
+    /// The generated dataset.
+    pub dataset: Dataset,
+    /// Arrival process.
+    pub arrival: Arrival,
+    /// Run length, baseline window and default fault preset.
+    pub run: RunShape,
+    /// Session shape.
+    pub session: SessionShape,
+    /// Client deadlines and backoff.
+    #[serde(default)]
+    pub client: ClientShape,
+    /// PLB admission knobs.
+    #[serde(default)]
+    pub router: RouterKnobs,
+    /// Query templates; each class needs at least one.
+    pub query: Vec<QueryTemplate>,
+}
+
+/// The TPC-H-like dataset generated with SQL.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dataset {
+    /// Scale factor: orders = 1.5M x scale rows (default 0.05).
+    pub scale: f64,
+    /// Seed of the SQL generator (default 42).
+    pub seed: u64,
+}
+
+/// Poisson ramp of T clients.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Arrival {
+    /// Seconds over which the T clients arrive (default 60).
+    pub ramp_s: f64,
+}
+
+/// Run timeline (scaled by `--time-scale`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunShape {
+    /// Run length in seconds (default 300).
+    pub duration_s: f64,
+    /// Baseline window before the first fault (default 30).
+    pub baseline_s: f64,
+    /// Fault preset or file used when `--faults` is not given.
+    pub faults: String,
+}
+
+/// What one client session looks like.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionShape {
+    /// Fewest queries in a session (uniform between min and max).
+    pub queries_min: u32,
+    /// Most queries in a session.
+    pub queries_max: u32,
+    /// Mean think time between queries of a session, exponential (ms).
+    pub think_ms: f64,
+    /// Mean think time between sessions of a client, exponential (ms); a
+    /// client also thinks this long after it arrives.
+    pub between_ms: f64,
+}
+
+/// Client deadlines: every connect and query has one.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClientShape {
+    /// Connect deadline in ms (default 2000).
+    pub connect_timeout_ms: u64,
+    /// Query deadline in ms (default 30000).
+    pub query_timeout_ms: u64,
+    /// Backoff after a broken session or refused connect, ms (default 500).
+    pub backoff_ms: u64,
+}
+
+impl Default for ClientShape {
+    fn default() -> Self {
+        ClientShape { connect_timeout_ms: 2000, query_timeout_ms: 30_000, backoff_ms: 500 }
+    }
+}
+
+/// PLB admission knobs (design.md §2).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RouterKnobs {
+    /// theta: sessions per replica before a class spills over (default 10).
+    pub theta: u32,
+    /// alpha: return level tau = floor(alpha x theta) (default 0.7).
+    pub alpha: f64,
+}
+
+impl Default for RouterKnobs {
+    fn default() -> Self {
+        RouterKnobs { theta: 10, alpha: 0.7 }
+    }
+}
+
+/// One query template.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueryTemplate {
+    /// Name shown in raw output.
+    pub name: String,
+    /// Class that issues it.
+    pub class: Class,
+    /// Relative weight among the class's templates (default 1).
+    #[serde(default = "one")]
+    pub weight: f64,
+    /// CPU cost in milliseconds of one core: the simulator's service demand
+    /// (measured on the local backend, see the workload file's notes).
+    pub cpu_ms: f64,
+    /// SQL text; `$1` is bound to a random key in `[1, key_range]`.
+    pub sql: String,
+    /// Range of the random parameter `$1` (default: no parameter).
+    #[serde(default)]
+    pub key_range: u64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// A workload problem: the field and why.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    /// The TOML did not parse or had unknown keys or wrong types.
+    #[error("{0}")]
+    Parse(String),
+    /// A value is out of range.
+    #[error("field `{field}`: {reason}")]
+    Invalid {
+        /// The dotted field path.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+fn invalid(field: &str, reason: impl Into<String>) -> WorkloadError {
+    WorkloadError::Invalid { field: field.into(), reason: reason.into() }
+}
+
+impl Workload {
+    /// Parses and validates a workload from TOML text.
+    pub fn parse(text: &str) -> Result<Workload, WorkloadError> {
+        if text.trim().is_empty() {
+            return Err(WorkloadError::Parse("the file is empty".into()));
+        }
+        let w: Workload = from_toml(text).map_err(WorkloadError::Parse)?;
+        w.validate()?;
+        Ok(w)
+    }
+
+    /// Checks every value's range.
+    pub fn validate(&self) -> Result<(), WorkloadError> {
+        let positive = |field: &str, v: f64| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(invalid(field, format!("must be a positive number, got {v}")))
+            }
+        };
+        positive("dataset.scale", self.dataset.scale)?;
+        positive("arrival.ramp_s", self.arrival.ramp_s)?;
+        positive("run.duration_s", self.run.duration_s)?;
+        positive("run.baseline_s", self.run.baseline_s)?;
+        positive("session.think_ms", self.session.think_ms)?;
+        positive("session.between_ms", self.session.between_ms)?;
+        if self.session.queries_min == 0 || self.session.queries_min > self.session.queries_max {
+            return Err(invalid("session.queries_min", "must be at least 1 and at most queries_max"));
+        }
+        if self.router.theta == 0 {
+            return Err(invalid("router.theta", "must be at least 1"));
+        }
+        if !(self.router.alpha > 0.0 && self.router.alpha <= 1.0) {
+            return Err(invalid("router.alpha", "must be in (0, 1]"));
+        }
+        for (field, v) in [
+            ("client.connect_timeout_ms", self.client.connect_timeout_ms),
+            ("client.query_timeout_ms", self.client.query_timeout_ms),
+        ] {
+            if v == 0 {
+                return Err(invalid(field, "must be at least 1"));
+            }
+        }
+        for (i, q) in self.query.iter().enumerate() {
+            positive(&format!("query[{i}].weight"), q.weight)?;
+            positive(&format!("query[{i}].cpu_ms"), q.cpu_ms)?;
+            if q.sql.trim().is_empty() {
+                return Err(invalid(&format!("query[{i}].sql"), "is empty"));
+            }
+        }
+        for class in Class::ALL {
+            if !self.query.iter().any(|q| q.class == class) {
+                return Err(invalid("query", format!("no template for class {class}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Indices of the templates of `class`, with their weights.
+    pub fn templates(&self, class: Class) -> Vec<(usize, f64)> {
+        self.query.iter().enumerate().filter(|(_, q)| q.class == class).map(|(i, q)| (i, q.weight)).collect()
+    }
+
+    /// Mean CPU demand (ms) of one query of `class`, weighted.
+    pub fn mean_cpu_ms(&self, class: Class) -> f64 {
+        let t = self.templates(class);
+        let total: f64 = t.iter().map(|(_, w)| w).sum();
+        t.iter().map(|(i, w)| self.query[*i].cpu_ms * w).sum::<f64>() / total
+    }
+
+    /// The CPU fraction of the whole cluster that `clients` clients offer at
+    /// `mix` (Premium percent), ignoring queueing: each client cycles through
+    /// `between` think, then a session of mean n queries with n-1 thinks.
+    /// The default workload is calibrated with this to 70% at T=1000, 25:75.
+    pub fn offered_utilisation(&self, clients: u32, premium_pct: u32, replicas: usize, cpus: f64) -> f64 {
+        let s = &self.session;
+        let n = f64::from(s.queries_min + s.queries_max) / 2.0;
+        let p = f64::from(premium_pct) / 100.0;
+        let demand_ms = p * self.mean_cpu_ms(Class::P) + (1.0 - p) * self.mean_cpu_ms(Class::F);
+        let service_ms = demand_ms / cpus.min(1.0);
+        let cycle_ms = s.between_ms + n * service_ms + (n - 1.0) * s.think_ms;
+        f64::from(clients) * n * demand_ms / cycle_ms / (replicas as f64 * cpus)
+    }
+}
+
+/// Deserialises TOML, reporting errors on one line with the line, column
+/// and dotted path of the offending field.
+pub fn from_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+    let de = toml::Deserializer::new(text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = one_line(e.inner());
+        if path.is_empty() || path == "." {
+            inner
+        } else {
+            format!("{inner} (field `{path}`)")
+        }
+    })
+}
+
+/// Collapses a multi-line TOML error into one line ("line 3, column 1: ...").
+pub fn one_line(e: &toml::de::Error) -> String {
+    let msg = e.message().trim().to_string();
+    match e.span() {
+        Some(_) => {
+            let text = e.to_string();
+            let head = text.lines().next().unwrap_or("").trim().trim_start_matches("TOML parse error at ").to_string();
+            format!("{head}: {msg}")
+        }
+        None => msg,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEFAULT: &str = include_str!("../../workloads/analytics.toml");
+
+    #[test]
+    fn default_workload_parses_and_is_calibrated_to_70_percent() {
+        let w = Workload::parse(DEFAULT).unwrap();
+        let u = w.offered_utilisation(1000, 25, 5, 0.3);
+        assert!((u - 0.70).abs() < 0.02, "offered utilisation {u}");
+    }
+
+    #[test]
+    fn unknown_key_is_reported_with_line() {
+        let text = DEFAULT.replacen("[arrival]", "[arrival]\nbogus = 1", 1);
+        let err = Workload::parse(&text).unwrap_err().to_string();
+        assert!(err.contains("line") && err.contains("bogus"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_is_reported() {
+        let text = DEFAULT.replacen("ramp_s = 60.0", "ramp_s = \"soon\"", 1);
+        let err = Workload::parse(&text).unwrap_err().to_string();
+        assert!(err.contains("line") && err.contains("ramp_s"), "{err}");
+    }
+
+    #[test]
+    fn bad_ranges_name_the_field() {
+        let text = DEFAULT.replacen("theta = 10", "theta = 0", 1);
+        assert_eq!(Workload::parse(&text).unwrap_err().to_string(), "field `router.theta`: must be at least 1");
+    }
+}
