@@ -1,5 +1,56 @@
 //! plbbench: measures how a replicated PostgreSQL service degrades when
 //! replicas fail, and whether a service-class-aware router (PLB) protects
-//! Premium users. `run(cli)` is the whole program; `main.rs` only calls it.
+//! Premium users. `run(cli)` is the whole program; `main.rs` only calls it,
+//! so integration tests drive it in-process.
 
+pub mod cli;
 pub mod core;
+pub mod error;
+pub mod plan;
+pub mod report;
+pub mod run;
+pub mod sim;
+
+use cli::{Cli, Command};
+pub use error::Error;
+use std::io::Write;
+
+/// Runs one command; output goes to stdout, progress and notes to stderr.
+pub fn run(cli: Cli) -> Result<(), Error> {
+    match cli.command {
+        Command::Run(args) => {
+            let plan = plan::Plan::new(args)?;
+            let out = run::execute(&plan)?;
+            eprintln!("wrote {}", plan.out.display());
+            print_headline(&out.summary);
+            Ok(())
+        }
+        Command::Roles(args) => roles(&args.reference),
+        Command::Cluster(_) => Err(Error::Input("cluster: the local backend is not wired in yet".into())),
+    }
+}
+
+/// `plbbench roles`: the target role vector for K+ = K..0 as CSV.
+fn roles(reference: &str) -> Result<(), Error> {
+    let reference = plan::parse_reference_any(reference)?;
+    let k: usize = reference.iter().sum();
+    let mut out = std::io::stdout().lock();
+    let mut write = || -> std::io::Result<()> {
+        writeln!(out, "survivors,premium,mixed,freemium")?;
+        for n in (0..=k).rev() {
+            let [p, m, f] = core::roles::target(n, reference, k);
+            writeln!(out, "{n},{p},{m},{f}")?;
+        }
+        Ok(())
+    };
+    write().map_err(|e| Error::Run(e.into()))
+}
+
+/// One line per non-warmup phase and class on stdout.
+fn print_headline(s: &report::summary::Summary) {
+    println!("phase     class  goodput_qps  retention  p95_ms");
+    for r in s.phases.iter().filter(|r| r.phase != core::phases::WARMUP) {
+        let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
+        println!("{:<9} {:<6} {:>11.2}  {:>9}  {:>6}", r.phase, r.class.to_string(), r.goodput_qps, f(r.retention), f(r.p95_ms));
+    }
+}

@@ -7,7 +7,7 @@
 use super::model::{replica_name, Class, ReplicaId, Role};
 use super::phases::{locate, Phase, WARMUP};
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// One finished query (times in seconds from run start).
@@ -56,7 +56,7 @@ pub struct ReplicaSample {
 }
 
 /// A row of events.csv.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EventRow {
     /// Seconds from run start.
     pub t_s: f64,
@@ -119,7 +119,7 @@ pub struct Collector {
 }
 
 /// A row of phases.csv (column order is the public contract).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PhaseRow {
     pub phase: String,
     pub start_s: f64,
@@ -143,7 +143,7 @@ pub struct PhaseRow {
 }
 
 /// A row of timeseries.csv.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SeriesRow {
     pub t_s: u32,
     pub class: Class,
@@ -154,7 +154,7 @@ pub struct SeriesRow {
 }
 
 /// A row of replicas.csv.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ReplicaRow {
     pub t_s: f64,
     pub replica: String,
@@ -166,7 +166,7 @@ pub struct ReplicaRow {
 }
 
 /// A row of queries.csv (`--raw`).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QueryRow {
     pub session: u64,
     pub class: Class,
@@ -179,7 +179,7 @@ pub struct QueryRow {
 }
 
 /// Mean CPU fraction of one replica over one phase.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ReplicaCpu {
     pub phase: String,
     pub replica: String,

@@ -1,0 +1,173 @@
+//! The command-line surface (clap derive). Parsing only: `plan.rs` turns
+//! these raw values into a validated plan, so every flag's default and help
+//! live here and every cross-field rule lives there.
+
+use crate::core::router::Strategy;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// plbbench: how a replicated PostgreSQL service degrades when replicas fail,
+/// and whether a service-class-aware router (PLB) protects Premium users.
+#[derive(Debug, Parser)]
+#[command(name = "plbbench", version, about, max_term_width = 100)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one experiment: T client sessions through a strategy, with faults, and write a run folder.
+    Run(RunArgs),
+    /// Print PLB's target role vector for every survivor count K+ from K down to 0, as CSV.
+    Roles(RolesArgs),
+    /// Bring a cluster up, show its status, or take it down.
+    Cluster(ClusterArgs),
+}
+
+/// Which cluster runs the sessions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ClusterKind {
+    /// PostgreSQL servers started by plbbench on this machine.
+    Local,
+    /// Containers through the Docker Engine API (not built yet).
+    Docker,
+    /// An existing cluster given by DSNs (not built yet).
+    External,
+    /// The discrete-event simulator.
+    Sim,
+}
+
+impl ClusterKind {
+    /// The name used on the command line and in files.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClusterKind::Local => "local",
+            ClusterKind::Docker => "docker",
+            ClusterKind::External => "external",
+            ClusterKind::Sim => "sim",
+        }
+    }
+}
+
+/// How the router learns of faults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Detection {
+    /// Health probes and connection errors, as a real middleware.
+    Probe,
+    /// The router is told at the instant of the fault (ablation).
+    Oracle,
+}
+
+/// `plbbench run`.
+#[derive(Debug, Args, Clone)]
+pub struct RunArgs {
+    /// Routing strategy.
+    #[arg(long, value_enum, default_value = "plb")]
+    pub strategy: Strategy,
+    /// Premium:Freemium client mix in percent, summing to 100.
+    #[arg(long, default_value = "25:75", value_name = "P:F")]
+    pub mix: String,
+    /// Number of clients T.
+    #[arg(long = "T", visible_alias = "clients", default_value_t = 1000, value_name = "N")]
+    pub clients: u32,
+    /// Number of replicas K.
+    #[arg(long, default_value_t = 5, value_name = "K")]
+    pub replicas: usize,
+    /// PLB reference role split P,M,F (sum K).
+    #[arg(long, default_value = "2,1,2", value_name = "P,M,F")]
+    pub reference: String,
+    /// rr-split partition sizes Premium:Freemium (sum K).
+    #[arg(long, default_value = "3:2", value_name = "R:F")]
+    pub split: String,
+    /// Fault preset (premium-fault, cascade, none) or a fault schedule file [default: the workload's, premium-fault].
+    #[arg(long, value_name = "PRESET|FILE")]
+    pub faults: Option<String>,
+    /// Workload file [default: workloads/analytics.toml, built in].
+    #[arg(long, value_name = "FILE")]
+    pub workload: Option<PathBuf>,
+    /// Cluster backend.
+    #[arg(long, value_enum, default_value = "local")]
+    pub cluster: ClusterKind,
+    /// Seed of the client schedule.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Multiplies the timeline (ramp, fault times, run length, baseline window); 0.1 runs ten times faster.
+    #[arg(long, default_value_t = 1.0, value_name = "X")]
+    pub time_scale: f64,
+    /// CPU budget per replica in cores (C).
+    #[arg(long, default_value_t = 0.3, value_name = "C")]
+    pub cpus: f64,
+    /// How the router learns of faults.
+    #[arg(long, value_enum, default_value = "probe")]
+    pub detection: Detection,
+    /// Health probe interval in milliseconds.
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    pub probe_interval_ms: u64,
+    /// Run folder [default: reports/<utc-timestamp>-<strategy>-<mix>].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Overwrite an existing run folder.
+    #[arg(long)]
+    pub force: bool,
+    /// Also write queries.csv, one row per query.
+    #[arg(long)]
+    pub raw: bool,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// `plbbench roles`.
+#[derive(Debug, Args)]
+pub struct RolesArgs {
+    /// Reference role split P,M,F; K is its sum.
+    #[arg(long, default_value = "2,1,2", value_name = "P,M,F")]
+    pub reference: String,
+}
+
+/// `plbbench cluster`.
+#[derive(Debug, Args)]
+pub struct ClusterArgs {
+    /// up, status or down.
+    #[command(subcommand)]
+    pub action: ClusterAction,
+}
+
+/// Cluster actions.
+#[derive(Debug, Subcommand)]
+pub enum ClusterAction {
+    /// Start K replicas, load the dataset, print one DSN per line, and leave them running.
+    Up(ClusterUpArgs),
+    /// Show each replica's port, pid, health and CPU budget.
+    Status(ClusterSelect),
+    /// Stop and remove everything the cluster used.
+    Down(ClusterSelect),
+}
+
+/// `plbbench cluster up`.
+#[derive(Debug, Args)]
+pub struct ClusterUpArgs {
+    /// Backend.
+    #[arg(long, value_enum, default_value = "local")]
+    pub backend: ClusterKind,
+    /// Number of replicas K.
+    #[arg(long, default_value_t = 5, value_name = "K")]
+    pub replicas: usize,
+    /// CPU budget per replica in cores.
+    #[arg(long, default_value_t = 0.3, value_name = "C")]
+    pub cpus: f64,
+    /// Workload whose dataset to load [default: built-in analytics].
+    #[arg(long, value_name = "FILE")]
+    pub workload: Option<PathBuf>,
+}
+
+/// Which cluster `status`/`down` act on.
+#[derive(Debug, Args)]
+pub struct ClusterSelect {
+    /// Backend.
+    #[arg(long, value_enum, default_value = "local")]
+    pub backend: ClusterKind,
+}

@@ -1,0 +1,121 @@
+//! summary.json (design.md §5): the settings, the environment and every
+//! per-phase figure of one run in one serialisable model. Reports, `compare`
+//! and experiments read runs back through this type.
+
+use crate::core::metrics::{EventRow, PhaseRow, ReplicaCpu};
+use crate::core::model::{Class, FaultEvent};
+use serde::{Deserialize, Serialize};
+
+/// The resolved settings of a run (enough to rerun it).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    /// `plb`, `rr-split`, `rr` or `lc`.
+    pub strategy: String,
+    /// Premium:Freemium percentages, e.g. `25:75`.
+    pub mix: String,
+    /// Clients T.
+    pub clients: u32,
+    /// Replicas K.
+    pub replicas: usize,
+    /// PLB reference split `P,M,F`.
+    pub reference: String,
+    /// rr-split partition `R:F`.
+    pub split: String,
+    /// Fault preset name or schedule file path.
+    pub faults: String,
+    /// Workload name.
+    pub workload: String,
+    /// Cluster backend.
+    pub cluster: String,
+    /// Seed of the schedule.
+    pub seed: u64,
+    /// Timeline multiplier.
+    pub time_scale: f64,
+    /// Run length after scaling, seconds.
+    pub duration_s: f64,
+    /// PLB theta.
+    pub theta: u32,
+    /// PLB alpha.
+    pub alpha: f64,
+    /// How the router learns of faults: `probe` or `oracle`.
+    pub detection: String,
+}
+
+/// Where the run ran.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Environment {
+    /// plbbench version.
+    pub plbbench_version: String,
+    /// Git commit of the source, when known.
+    pub git_commit: Option<String>,
+    /// PostgreSQL server version (`None` for the simulator).
+    pub postgres_version: Option<String>,
+    /// Logical cores of the machine.
+    pub cores: usize,
+    /// Memory of the machine in GiB.
+    pub memory_gib: f64,
+    /// CPU budget per replica in cores (C).
+    pub cpu_budget_cores: f64,
+    /// Whether the budget was enforced (cgroups, Docker) or only modelled.
+    pub cpu_budget_enforced: bool,
+    /// When the run started, UTC, RFC 3339.
+    pub started_utc: String,
+}
+
+/// One check on the run, shown in the report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// Short name.
+    pub name: String,
+    /// Whether it holds.
+    pub ok: bool,
+    /// What was found.
+    pub detail: String,
+}
+
+/// Sessions and errors of one class, for the accounting section.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Accounting {
+    /// Class.
+    pub class: Class,
+    /// Sessions opened.
+    pub sessions_started: u64,
+    /// Sessions still open at the end.
+    pub sessions_in_flight: u64,
+    /// Aborted sessions by reason.
+    pub aborts: Vec<(String, u64)>,
+    /// Failed queries by error kind.
+    pub errors: Vec<(String, u64)>,
+}
+
+/// The whole summary.json.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// True when the run was interrupted and the figures cover part of it.
+    pub partial: bool,
+    /// Settings.
+    pub settings: Settings,
+    /// Environment.
+    pub environment: Environment,
+    /// The fault schedule after time scaling.
+    pub faults: Vec<FaultEvent>,
+    /// phases.csv rows.
+    pub phases: Vec<PhaseRow>,
+    /// u_r per phase and replica.
+    pub replica_cpu: Vec<ReplicaCpu>,
+    /// Fault and detection events (the role changes stay in events.csv).
+    pub fault_events: Vec<EventRow>,
+    /// Accounting per class.
+    pub accounting: Vec<Accounting>,
+    /// Checks and warnings.
+    pub verdicts: Vec<Verdict>,
+    /// Wall-clock seconds the run took.
+    pub wall_s: f64,
+}
+
+impl Summary {
+    /// The phases.csv row of `phase` and `class`, if any.
+    pub fn phase(&self, phase: &str, class: Class) -> Option<&PhaseRow> {
+        self.phases.iter().find(|r| r.phase == phase && r.class == class)
+    }
+}

@@ -1,0 +1,193 @@
+//! `plbbench run`: drives a validated plan through its cluster backend,
+//! checks the accounting, and writes the run folder. The backends differ only
+//! in how sessions execute; routing, metrics and files are shared.
+
+use crate::cli::{ClusterKind, Detection};
+use crate::core::metrics::{Collector, RunMetrics};
+use crate::core::model::Class;
+use crate::core::router::Router;
+use crate::core::schedule;
+use crate::error::Error;
+use crate::plan::Plan;
+use crate::report::files::{write_run, RunFiles};
+use crate::report::summary::{Accounting, Environment, Settings, Summary, Verdict};
+use crate::sim::{self, SimInput};
+use anyhow::Context;
+use serde::Serialize;
+use std::time::Instant;
+
+/// What a backend reports besides the collector's contents.
+#[derive(Debug, Default)]
+pub struct BackendOutcome {
+    /// Sessions still open at the end, per class.
+    pub in_flight: [u64; 2],
+    /// True when the run was interrupted.
+    pub partial: bool,
+    /// PostgreSQL version, for real backends.
+    pub postgres_version: Option<String>,
+    /// Whether the CPU budget was enforced.
+    pub cpu_budget_enforced: bool,
+    /// Extra verdicts (detection, saturation, ...).
+    pub verdicts: Vec<Verdict>,
+}
+
+/// The result of one run.
+pub struct RunOutput {
+    /// The summary written to summary.json.
+    pub summary: Summary,
+    /// The metrics written to the CSV files.
+    pub metrics: RunMetrics,
+}
+
+/// Runs `plan` and writes its folder; returns what was written.
+pub fn execute(plan: &Plan) -> Result<RunOutput, Error> {
+    let started = chrono::Utc::now();
+    let clock = Instant::now();
+    let mut collector = Collector::new(plan.phases.clone(), plan.args.replicas, plan.args.cpus, plan.args.raw);
+    let outcome = match plan.args.cluster {
+        ClusterKind::Sim => run_sim(plan, &mut collector),
+        other => return Err(Error::Input(format!("--cluster: the `{}` backend is not available yet", other.name()))),
+    };
+    let metrics = collector.finish(&|p, r| plan.up_during(p, r), outcome.in_flight);
+    metrics.check_accounting().map_err(|e| Error::Run(e.into()))?;
+    let summary = summarise(plan, &metrics, outcome, started, clock.elapsed().as_secs_f64());
+    let html = crate::report::html::render(&summary, &metrics).context("rendering report.html")?;
+    let config = resolved_config(plan).context("writing config.toml")?;
+    write_run(&plan.out, plan.args.force, &RunFiles { summary: &summary, metrics: &metrics, html, config })?;
+    Ok(RunOutput { summary, metrics })
+}
+
+fn run_sim(plan: &Plan, collector: &mut Collector) -> BackendOutcome {
+    let clients = schedule::clients(plan.args.clients, plan.premium_pct, plan.ramp_s, plan.args.seed);
+    let probe_interval_s = match plan.args.detection {
+        Detection::Oracle => 0.0,
+        Detection::Probe => plan.args.probe_interval_ms as f64 / 1000.0,
+    };
+    let out = sim::run(
+        SimInput {
+            workload: &plan.workload,
+            clients,
+            router: Router::new(plan.router.clone()),
+            faults: &plan.faults,
+            cpus: plan.args.cpus,
+            duration_s: plan.duration_s,
+            probe_interval_s,
+        },
+        collector,
+    );
+    BackendOutcome { in_flight: out.in_flight, cpu_budget_enforced: false, ..Default::default() }
+}
+
+/// The settings block of summary.json.
+pub fn settings(plan: &Plan) -> Settings {
+    let a = &plan.args;
+    let r = plan.router.reference;
+    Settings {
+        strategy: a.strategy.to_string(),
+        mix: format!("{}:{}", plan.premium_pct, 100 - plan.premium_pct),
+        clients: a.clients,
+        replicas: a.replicas,
+        reference: format!("{},{},{}", r[0], r[1], r[2]),
+        split: format!("{}:{}", plan.router.split.0, plan.router.split.1),
+        faults: plan.faults_name.clone(),
+        workload: plan.workload.name.clone(),
+        cluster: a.cluster.name().into(),
+        seed: a.seed,
+        time_scale: a.time_scale,
+        duration_s: plan.duration_s,
+        theta: plan.router.theta,
+        alpha: plan.router.alpha,
+        detection: match a.detection {
+            Detection::Probe => format!("probe every {} ms", a.probe_interval_ms),
+            Detection::Oracle => "oracle".into(),
+        },
+    }
+}
+
+fn environment(plan: &Plan, outcome: &BackendOutcome, started: chrono::DateTime<chrono::Utc>) -> Environment {
+    let mut sys = sysinfo::System::new();
+    sys.refresh_memory();
+    let commit = env!("PLBBENCH_GIT_COMMIT");
+    Environment {
+        plbbench_version: env!("CARGO_PKG_VERSION").into(),
+        git_commit: (!commit.is_empty()).then(|| commit.to_string()),
+        postgres_version: outcome.postgres_version.clone(),
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        memory_gib: (sys.total_memory() as f64 / (1u64 << 30) as f64 * 10.0).round() / 10.0,
+        cpu_budget_cores: plan.args.cpus,
+        cpu_budget_enforced: outcome.cpu_budget_enforced,
+        started_utc: started.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    }
+}
+
+fn summarise(
+    plan: &Plan,
+    m: &RunMetrics,
+    outcome: BackendOutcome,
+    started: chrono::DateTime<chrono::Utc>,
+    wall_s: f64,
+) -> Summary {
+    let accounting = Class::ALL
+        .into_iter()
+        .map(|class| Accounting {
+            class,
+            sessions_started: m.sessions_started[class.idx()],
+            sessions_in_flight: m.sessions_in_flight[class.idx()],
+            aborts: m.abort_reasons.iter().filter(|a| a.0 == class).map(|a| (a.1.clone(), a.2)).collect(),
+            errors: m.error_kinds.iter().filter(|a| a.0 == class).map(|a| (a.1.clone(), a.2)).collect(),
+        })
+        .collect();
+    let mut verdicts = vec![Verdict {
+        name: "accounting".into(),
+        ok: true,
+        detail: "every session completed, aborted or in flight; query totals agree across files".into(),
+    }];
+    verdicts.extend(phase_length_verdict(plan));
+    verdicts.extend(outcome.verdicts.iter().cloned());
+    Summary {
+        partial: outcome.partial,
+        settings: settings(plan),
+        environment: environment(plan, &outcome, started),
+        faults: plan.faults.clone(),
+        phases: m.phases.clone(),
+        replica_cpu: m.replica_cpu.clone(),
+        fault_events: m.events.iter().filter(|e| e.kind == "fault" || e.kind == "detect").cloned().collect(),
+        accounting,
+        verdicts,
+        wall_s: (wall_s * 1000.0).round() / 1000.0,
+    }
+}
+
+/// Warns when a phase is shorter than a typical session (time-scaled runs).
+fn phase_length_verdict(plan: &Plan) -> Option<Verdict> {
+    let s = &plan.workload.session;
+    let n = f64::from(s.queries_min + s.queries_max) / 2.0;
+    let session_s = (n - 1.0) * s.think_ms / 1000.0;
+    let short: Vec<_> = plan
+        .phases
+        .iter()
+        .filter(|p| p.name != crate::core::phases::WARMUP && p.len_s() < session_s)
+        .map(|p| format!("{} ({:.1} s)", p.name, p.len_s()))
+        .collect();
+    (!short.is_empty()).then(|| Verdict {
+        name: "phase length".into(),
+        ok: false,
+        detail: format!(
+            "phases shorter than a typical session ({session_s:.1} s): {}; their figures mix pre- and post-change sessions and are noisier",
+            short.join(", ")
+        ),
+    })
+}
+
+#[derive(Serialize)]
+struct Resolved<'a> {
+    settings: Settings,
+    faults: &'a [crate::core::model::FaultEvent],
+    workload: &'a crate::core::workload::Workload,
+}
+
+/// config.toml: the fully resolved settings, workload and scaled schedule.
+fn resolved_config(plan: &Plan) -> anyhow::Result<String> {
+    let body = toml::to_string_pretty(&Resolved { settings: settings(plan), faults: &plan.faults, workload: &plan.workload })?;
+    Ok(format!("# Fully resolved settings of this run (plbbench {}).\n{body}", env!("CARGO_PKG_VERSION")))
+}

@@ -1,0 +1,466 @@
+//! The `sim` cluster backend (design.md §6): a discrete-event simulation of
+//! K replicas as processor-sharing servers of C cores each, driven by the
+//! same client scripts, router and collector as real runs. Virtual time, no
+//! I/O, deterministic for a seed: events at equal times run in insertion
+//! order and every random draw comes from a client's own generator.
+
+use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
+use crate::core::model::{Action, FaultEvent, ReplicaId};
+use crate::core::router::Router;
+use crate::core::schedule::Client;
+use crate::core::workload::Workload;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+/// What the simulator needs besides the collector.
+pub struct SimInput<'a> {
+    /// The workload (session shape, demands, deadlines).
+    pub workload: &'a Workload,
+    /// Client scripts (arrivals already scaled).
+    pub clients: Vec<Client>,
+    /// The router, fresh.
+    pub router: Router,
+    /// Fault schedule, scaled, in order.
+    pub faults: &'a [FaultEvent],
+    /// CPU cores per replica (C).
+    pub cpus: f64,
+    /// Run length (scaled), seconds.
+    pub duration_s: f64,
+    /// Health probe interval, seconds; 0 means the router is told of faults
+    /// at once (`--detection oracle`).
+    pub probe_interval_s: f64,
+}
+
+/// What is left open when the run ends.
+#[derive(Debug, Default, PartialEq)]
+pub struct SimOutcome {
+    /// Sessions still open per class.
+    pub in_flight: [u64; 2],
+    /// Events processed (for benchmarks).
+    pub events: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    Fault(usize),
+    Probe,
+    Sample,
+    Wake(u32),
+    Done(ReplicaId, u64),
+    Timeout(u32, u64),
+}
+
+/// A replica as a processor-sharing server.
+struct Server {
+    up: bool,
+    paused: bool,
+    v: f64,
+    last_t: f64,
+    cpu_s: f64,
+    n: usize,
+    jobs: BinaryHeap<Reverse<(u64, u32, u64)>>,
+    epoch: u64,
+}
+
+impl Server {
+    fn rate(&self, cpus: f64) -> f64 {
+        if self.paused || self.n == 0 {
+            0.0
+        } else {
+            (cpus / self.n as f64).min(1.0)
+        }
+    }
+
+    fn advance(&mut self, t: f64, cpus: f64) {
+        let dt = t - self.last_t;
+        if dt > 0.0 && !self.paused {
+            self.v += dt * self.rate(cpus);
+            self.cpu_s += dt * (self.n as f64).min(cpus);
+        }
+        self.last_t = t;
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum State {
+    /// Between sessions; `resume` holds the queries left of a broken session.
+    Idle { resume: Option<u32> },
+    /// In a session on `replica`; `in_flight` holds the query's sequence.
+    Session { replica: ReplicaId, remaining: u32, in_flight: Option<u64>, broken: bool },
+}
+
+struct ClientState {
+    script: Client,
+    state: State,
+    session: u64,
+    session_start: f64,
+    intended: f64,
+    sent: f64,
+    qseq: u64,
+}
+
+struct Sim<'a, 'c> {
+    input: SimInput<'a>,
+    col: &'c mut Collector,
+    now: f64,
+    seq: u64,
+    queue: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    servers: Vec<Server>,
+    clients: Vec<ClientState>,
+    sessions: u64,
+    processed: u64,
+}
+
+fn key(t: f64) -> u64 {
+    t.max(0.0).to_bits()
+}
+
+/// Runs the simulation to `duration_s`, feeding `col`.
+pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
+    let k = input.router.config().replicas;
+    let servers = (0..k)
+        .map(|_| Server { up: true, paused: false, v: 0.0, last_t: 0.0, cpu_s: 0.0, n: 0, jobs: BinaryHeap::new(), epoch: 0 })
+        .collect();
+    let scripts = std::mem::take(&mut input.clients);
+    let clients = scripts
+        .into_iter()
+        .map(|script| ClientState { script, state: State::Idle { resume: None }, session: 0, session_start: 0.0, intended: 0.0, sent: 0.0, qseq: 0 })
+        .collect();
+    let mut sim = Sim { input, col, now: 0.0, seq: 0, queue: BinaryHeap::new(), servers, clients, sessions: 0, processed: 0 };
+    sim.start();
+    while let Some(Reverse((t, _, ev))) = sim.queue.pop() {
+        let t = f64::from_bits(t);
+        if t >= sim.input.duration_s {
+            break;
+        }
+        sim.now = t;
+        sim.processed += 1;
+        sim.handle(ev);
+    }
+    sim.now = sim.input.duration_s;
+    sim.sample();
+    let mut in_flight = [0u64; 2];
+    for c in &sim.clients {
+        if matches!(c.state, State::Session { .. }) {
+            in_flight[c.script.class.idx()] += 1;
+        }
+    }
+    SimOutcome { in_flight, events: sim.processed }
+}
+
+impl Sim<'_, '_> {
+    fn at(&mut self, t: f64, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Reverse((key(t), self.seq, ev)));
+    }
+
+    fn start(&mut self) {
+        for i in 0..self.clients.len() {
+            let w = self.input.workload;
+            let c = &mut self.clients[i];
+            let t = c.script.arrival_s + c.script.between_s(w);
+            c.intended = t;
+            self.at(t, Ev::Wake(i as u32));
+        }
+        for i in 0..self.input.faults.len() {
+            self.at(self.input.faults[i].t_s, Ev::Fault(i));
+        }
+        self.at(0.0, Ev::Sample);
+        if self.input.probe_interval_s > 0.0 {
+            // Probes run half an interval out of step with whole seconds, so
+            // a fault at a round time is not observed at that very instant.
+            self.at(self.input.probe_interval_s / 2.0, Ev::Probe);
+        }
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::Wake(c) => self.wake(c as usize),
+            Ev::Done(r, epoch) => self.done(r, epoch),
+            Ev::Timeout(c, q) => self.timeout(c as usize, q),
+            Ev::Fault(i) => self.fault(i),
+            Ev::Probe => self.probe(),
+            Ev::Sample => {
+                self.sample();
+                self.at(self.now + 1.0, Ev::Sample);
+            }
+        }
+    }
+
+    fn role_events(&mut self) {
+        for ch in self.input.router.drain_changes() {
+            self.col.event(self.now, "role", Some(ch.replica), format!("{}->{} {}", ch.from, ch.to, ch.reason));
+        }
+    }
+
+    fn sample(&mut self) {
+        let cpus = self.input.cpus;
+        let now = self.now;
+        let samples: Vec<ReplicaSample> = (0..self.servers.len())
+            .map(|r| {
+                let s = &mut self.servers[r];
+                s.advance(now, cpus);
+                ReplicaSample {
+                    up: s.up && !s.paused,
+                    role: self.input.router.role(r),
+                    active: self.input.router.active(r),
+                    cpu_s: Some(s.cpu_s),
+                }
+            })
+            .collect();
+        self.col.sample(now, &samples);
+    }
+
+    /// The client's next step: open a session or send its next query.
+    fn wake(&mut self, i: usize) {
+        match self.clients[i].state {
+            State::Idle { resume } => self.open(i, resume),
+            State::Session { replica, broken, .. } => {
+                if broken || !self.servers[replica].up {
+                    self.clients[i].sent = self.now;
+                    self.fail_query(i, replica);
+                } else {
+                    self.send(i, replica);
+                }
+            }
+        }
+    }
+
+    /// Opens a session: a fresh one, or the rest of a broken one.
+    fn open(&mut self, i: usize, resume: Option<u32>) {
+        let class = self.clients[i].script.class;
+        let Some(r) = self.input.router.admit(class) else {
+            // No capacity: wait and retry; the intended start stays put.
+            let backoff = self.input.workload.client.backoff_ms as f64 / 1000.0;
+            self.at(self.now + backoff, Ev::Wake(i as u32));
+            return;
+        };
+        self.role_events();
+        self.sessions += 1;
+        self.col.session_started(class);
+        let w = self.input.workload;
+        let c = &mut self.clients[i];
+        c.session = self.sessions;
+        c.session_start = c.intended;
+        let remaining = resume.unwrap_or_else(|| c.script.session_len(w));
+        c.state = State::Session { replica: r, remaining, in_flight: None, broken: false };
+        if self.servers[r].up {
+            self.send(i, r);
+        } else {
+            self.connect_refused(i, r);
+        }
+    }
+
+    fn send(&mut self, i: usize, r: ReplicaId) {
+        let cpus = self.input.cpus;
+        let w = self.input.workload;
+        let now = self.now;
+        let c = &mut self.clients[i];
+        let draw = c.script.query(w);
+        c.qseq += 1;
+        c.sent = now;
+        let q = c.qseq;
+        if let State::Session { in_flight, .. } = &mut c.state {
+            *in_flight = Some(q);
+        }
+        let s = &mut self.servers[r];
+        s.advance(now, cpus);
+        s.n += 1;
+        s.jobs.push(Reverse((key(s.v + draw.demand_s), i as u32, q)));
+        self.reschedule(r);
+        let deadline = self.input.workload.client.query_timeout_ms as f64 / 1000.0;
+        self.at(now + deadline, Ev::Timeout(i as u32, q));
+    }
+
+    /// Schedules the next completion on `r` (older schedules go stale).
+    fn reschedule(&mut self, r: ReplicaId) {
+        let cpus = self.input.cpus;
+        let s = &mut self.servers[r];
+        s.epoch += 1;
+        loop {
+            let Some(&Reverse((fv, c, q))) = s.jobs.peek() else { return };
+            if !self.clients[c as usize].live(q) {
+                s.jobs.pop();
+                continue;
+            }
+            let rate = s.rate(cpus);
+            if rate > 0.0 {
+                let t = self.now + (f64::from_bits(fv) - s.v).max(0.0) / rate;
+                let epoch = s.epoch;
+                self.seq += 1;
+                self.queue.push(Reverse((key(t), self.seq, Ev::Done(r, epoch))));
+            }
+            return;
+        }
+    }
+
+    fn done(&mut self, r: ReplicaId, epoch: u64) {
+        if self.servers[r].epoch != epoch {
+            return;
+        }
+        let cpus = self.input.cpus;
+        let s = &mut self.servers[r];
+        s.advance(self.now, cpus);
+        let Some(Reverse((_, c, _))) = s.jobs.pop() else { return };
+        s.n -= 1;
+        self.reschedule(r);
+        self.finish_query(c as usize, r, None);
+    }
+
+    fn timeout(&mut self, i: usize, q: u64) {
+        if !self.clients[i].live(q) {
+            return;
+        }
+        let State::Session { replica, .. } = self.clients[i].state else { return };
+        let s = &mut self.servers[replica];
+        s.advance(self.now, self.input.cpus);
+        s.n -= 1;
+        self.finish_query(i, replica, Some("timeout"));
+        self.reschedule(replica);
+    }
+
+    /// Records the query; the session goes on, closes, or aborts on error.
+    fn finish_query(&mut self, i: usize, r: ReplicaId, error: Option<&str>) {
+        let w = self.input.workload;
+        let now = self.now;
+        let c = &mut self.clients[i];
+        self.col.query(QueryRecord {
+            session: c.session,
+            class: c.script.class,
+            replica: r,
+            intended_s: c.intended,
+            start_s: c.sent,
+            end_s: now,
+            error: error.map(String::from),
+        });
+        if let Some(e) = error {
+            return self.abort(i, r, e);
+        }
+        let State::Session { remaining, in_flight, .. } = &mut c.state else { return };
+        *in_flight = None;
+        *remaining -= 1;
+        if *remaining == 0 {
+            self.close(i, r, None);
+        } else {
+            let think = c.script.think_s(w);
+            c.intended = now + think;
+            self.at(now + think, Ev::Wake(i as u32));
+        }
+    }
+
+    fn close(&mut self, i: usize, r: ReplicaId, abort: Option<&str>) {
+        let w = self.input.workload;
+        let now = self.now;
+        let c = &mut self.clients[i];
+        let class = c.script.class;
+        self.col.session_ended(SessionRecord { class, start_s: c.session_start, end_s: now, abort: abort.map(String::from) });
+        // A broken session's client retries the failed query and the rest
+        // of its work in a new session after a backoff.
+        let resume = match c.state {
+            State::Session { remaining, .. } if abort.is_some() => Some(remaining),
+            _ => None,
+        };
+        c.state = State::Idle { resume };
+        let next = if abort.is_some() {
+            now + w.client.backoff_ms as f64 / 1000.0
+        } else {
+            now + c.script.between_s(w)
+        };
+        c.intended = next;
+        self.input.router.release(r, class);
+        self.role_events();
+        self.at(next, Ev::Wake(i as u32));
+    }
+
+    fn abort(&mut self, i: usize, r: ReplicaId, reason: &str) {
+        self.close(i, r, Some(reason));
+    }
+
+    /// A connection error is evidence: the router removes the replica.
+    fn evidence_down(&mut self, r: ReplicaId, how: &str) {
+        if self.input.router.is_healthy(r) {
+            self.input.router.set_health(r, false);
+            self.col.event(self.now, "detect", Some(r), format!("down ({how})"));
+            self.role_events();
+        }
+    }
+
+    fn connect_refused(&mut self, i: usize, r: ReplicaId) {
+        self.evidence_down(r, "connection refused");
+        self.abort(i, r, "connect refused");
+    }
+
+    /// A query on a connection whose server died fails at once; the error
+    /// is evidence for the router.
+    fn fail_query(&mut self, i: usize, r: ReplicaId) {
+        self.evidence_down(r, "connection error");
+        self.finish_query(i, r, Some("connection lost"));
+    }
+
+    fn fault(&mut self, idx: usize) {
+        let FaultEvent { replica: r, action, .. } = self.input.faults[idx];
+        let cpus = self.input.cpus;
+        self.servers[r].advance(self.now, cpus);
+        self.col.event(self.now, "fault", Some(r), action.to_string());
+        match action {
+            Action::Down => self.kill(r),
+            Action::Rejoin => self.servers[r].up = true,
+            Action::Pause => self.servers[r].paused = true,
+            Action::Resume => {
+                self.servers[r].paused = false;
+                self.reschedule(r);
+            }
+        }
+        if self.input.probe_interval_s <= 0.0 {
+            let healthy = self.servers[r].up && !self.servers[r].paused;
+            if self.input.router.is_healthy(r) != healthy {
+                self.input.router.set_health(r, healthy);
+                self.col.event(self.now, "detect", Some(r), format!("{} (oracle)", if healthy { "up" } else { "down" }));
+                self.role_events();
+            }
+        }
+    }
+
+    /// Down: the server dies; in-flight queries fail now, idle connections
+    /// fail on their next query.
+    fn kill(&mut self, r: ReplicaId) {
+        let s = &mut self.servers[r];
+        s.up = false;
+        s.n = 0;
+        s.epoch += 1;
+        let jobs = std::mem::take(&mut s.jobs);
+        for Reverse((_, c, q)) in jobs.into_sorted_vec().into_iter().rev() {
+            if self.clients[c as usize].live(q) {
+                self.fail_query(c as usize, r);
+            }
+        }
+        for c in &mut self.clients {
+            if let State::Session { replica, broken, .. } = &mut c.state {
+                if *replica == r {
+                    *broken = true;
+                }
+            }
+        }
+    }
+
+    /// Health probes: each replica's real state is observed once per
+    /// interval (a paused replica fails its probe).
+    fn probe(&mut self) {
+        for r in 0..self.servers.len() {
+            let healthy = self.servers[r].up && !self.servers[r].paused;
+            if self.input.router.is_healthy(r) != healthy {
+                self.input.router.set_health(r, healthy);
+                self.col.event(self.now, "detect", Some(r), format!("{} (probe)", if healthy { "up" } else { "down" }));
+                self.role_events();
+            }
+        }
+        self.at(self.now + self.input.probe_interval_s, Ev::Probe);
+    }
+}
+
+impl ClientState {
+    /// Whether query `q` is this client's query in flight.
+    fn live(&self, q: u64) -> bool {
+        matches!(self.state, State::Session { in_flight: Some(x), .. } if x == q)
+    }
+}
