@@ -68,7 +68,7 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value = "plb")]
     pub strategy: Strategy,
     /// Premium:Freemium client mix in percent, summing to 100.
-    #[arg(long, default_value = "25:75", value_name = "P:F")]
+    #[arg(long, default_value = "25:75", value_name = "P:F", allow_hyphen_values = true)]
     pub mix: String,
     /// Number of clients T.
     #[arg(long = "T", visible_alias = "clients", default_value_t = 1000, value_name = "N")]
@@ -95,10 +95,10 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Multiplies the timeline (ramp, fault times, run length, baseline window); 0.1 runs ten times faster.
-    #[arg(long, default_value_t = 1.0, value_name = "X")]
+    #[arg(long, default_value_t = 1.0, value_name = "X", allow_hyphen_values = true)]
     pub time_scale: f64,
     /// CPU budget per replica in cores (C).
-    #[arg(long, default_value_t = 0.3, value_name = "C")]
+    #[arg(long, default_value_t = 0.3, value_name = "C", allow_hyphen_values = true)]
     pub cpus: f64,
     /// How the router learns of faults.
     #[arg(long, value_enum, default_value = "probe")]

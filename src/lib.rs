@@ -3,8 +3,11 @@
 //! Premium users. `run(cli)` is the whole program; `main.rs` only calls it,
 //! so integration tests drive it in-process.
 
+pub mod backend;
 pub mod cli;
+pub mod cluster;
 pub mod core;
+pub mod driver;
 pub mod error;
 pub mod plan;
 pub mod report;

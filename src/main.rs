@@ -1,15 +1,34 @@
 //! The plbbench binary: parse arguments, call `plbbench::run`, map errors to
 //! exit statuses (2 bad input, 1 failed run) with one line on stderr.
 
+use clap::error::{ContextKind, ErrorKind};
 use clap::Parser;
 
 fn main() {
-    let cli = plbbench::cli::Cli::parse();
+    let cli = match plbbench::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => e.exit(),
+        Err(e) if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
+        Err(e) => {
+            eprintln!("plbbench: {}", one_line(&e));
+            std::process::exit(2);
+        }
+    };
     if let Err(e) = plbbench::run(cli) {
         match &e {
             plbbench::Error::Input(msg) => eprintln!("plbbench: error: {msg}"),
             plbbench::Error::Run(err) => eprintln!("plbbench: error: {err:#}"),
         }
         std::process::exit(e.exit_code());
+    }
+}
+
+/// clap's first line, plus the valid values when it knows them.
+fn one_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let first = text.lines().next().unwrap_or("error: invalid arguments").trim().to_string();
+    match e.get(ContextKind::ValidValue) {
+        Some(v) => format!("{first} (possible values: {})", v.to_string().replace('[', "").replace(']', "")),
+        None => format!("{first} (see --help)"),
     }
 }

@@ -5,13 +5,11 @@
 use crate::cli::{ClusterKind, Detection};
 use crate::core::metrics::{Collector, RunMetrics};
 use crate::core::model::Class;
-use crate::core::router::Router;
-use crate::core::schedule;
+use crate::backend;
 use crate::error::Error;
 use crate::plan::Plan;
 use crate::report::files::{write_run, RunFiles};
 use crate::report::summary::{Accounting, Environment, Settings, Summary, Verdict};
-use crate::sim::{self, SimInput};
 use anyhow::Context;
 use serde::Serialize;
 use std::time::Instant;
@@ -43,9 +41,10 @@ pub struct RunOutput {
 pub fn execute(plan: &Plan) -> Result<RunOutput, Error> {
     let started = chrono::Utc::now();
     let clock = Instant::now();
-    let mut collector = Collector::new(plan.phases.clone(), plan.args.replicas, plan.args.cpus, plan.args.raw);
-    let outcome = match plan.args.cluster {
-        ClusterKind::Sim => run_sim(plan, &mut collector),
+    let collector = Collector::new(plan.phases.clone(), plan.args.replicas, plan.args.cpus, plan.args.raw);
+    let (collector, outcome) = match plan.args.cluster {
+        ClusterKind::Sim => backend::run_sim(plan, collector),
+        ClusterKind::Local => backend::run_local(plan, collector)?,
         other => return Err(Error::Input(format!("--cluster: the `{}` backend is not available yet", other.name()))),
     };
     let metrics = collector.finish(&|p, r| plan.up_during(p, r), outcome.in_flight);
@@ -55,27 +54,6 @@ pub fn execute(plan: &Plan) -> Result<RunOutput, Error> {
     let config = resolved_config(plan).context("writing config.toml")?;
     write_run(&plan.out, plan.args.force, &RunFiles { summary: &summary, metrics: &metrics, html, config })?;
     Ok(RunOutput { summary, metrics })
-}
-
-fn run_sim(plan: &Plan, collector: &mut Collector) -> BackendOutcome {
-    let clients = schedule::clients(plan.args.clients, plan.premium_pct, plan.ramp_s, plan.args.seed);
-    let probe_interval_s = match plan.args.detection {
-        Detection::Oracle => 0.0,
-        Detection::Probe => plan.args.probe_interval_ms as f64 / 1000.0,
-    };
-    let out = sim::run(
-        SimInput {
-            workload: &plan.workload,
-            clients,
-            router: Router::new(plan.router.clone()),
-            faults: &plan.faults,
-            cpus: plan.args.cpus,
-            duration_s: plan.duration_s,
-            probe_interval_s,
-        },
-        collector,
-    );
-    BackendOutcome { in_flight: out.in_flight, cpu_budget_enforced: false, ..Default::default() }
 }
 
 /// The settings block of summary.json.

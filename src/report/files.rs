@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 /// Writes rows as CSV with a header taken from the row type's fields.
 pub fn write_csv<T: Serialize>(path: &Path, rows: &[T], header: &[&str]) -> Result<()> {
-    let mut w = csv::WriterBuilder::new().has_headers(rows.is_empty()).from_path(path)?;
+    let mut w = csv::Writer::from_path(path)?;
     if rows.is_empty() {
         w.write_record(header)?;
     }

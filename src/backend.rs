@@ -1,0 +1,124 @@
+//! Glue between a plan and the cluster backends: builds the client scripts
+//! and router, runs the sessions on the simulator or a real cluster, and
+//! returns the filled collector with what the backend observed.
+
+use crate::cli::Detection;
+use crate::cluster::local::{default_state_dir, LocalCluster, LocalOptions};
+use crate::core::metrics::Collector;
+use crate::core::router::Router;
+use crate::core::schedule;
+use crate::driver::{self, DriverInput};
+use crate::error::Error;
+use crate::plan::Plan;
+use crate::run::BackendOutcome;
+use crate::sim::{self, SimInput};
+use anyhow::Context;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+fn clients(plan: &Plan) -> Vec<schedule::Client> {
+    schedule::clients(plan.args.clients, plan.premium_pct, plan.ramp_s, plan.args.seed)
+}
+
+fn probe_interval(plan: &Plan) -> Option<Duration> {
+    match plan.args.detection {
+        Detection::Oracle => None,
+        Detection::Probe => Some(Duration::from_millis(plan.args.probe_interval_ms)),
+    }
+}
+
+/// Runs the plan on the simulator.
+pub fn run_sim(plan: &Plan, mut collector: Collector) -> (Collector, BackendOutcome) {
+    let out = sim::run(
+        SimInput {
+            workload: &plan.workload,
+            clients: clients(plan),
+            router: Router::new(plan.router.clone()),
+            faults: &plan.faults,
+            cpus: plan.args.cpus,
+            duration_s: plan.duration_s,
+            probe_interval_s: probe_interval(plan).map_or(0.0, |d| d.as_secs_f64()),
+        },
+        &mut collector,
+    );
+    (collector, BackendOutcome { in_flight: out.in_flight, cpu_budget_enforced: false, ..Default::default() })
+}
+
+/// Uses the cluster that `plbbench cluster up` left running, if it has K
+/// replicas; otherwise starts one for this run alone (removed at the end).
+fn local_cluster(plan: &Plan) -> Result<LocalCluster, Error> {
+    let k = plan.args.replicas;
+    if let Some(c) = LocalCluster::load(&default_state_dir()).map_err(|e| Error::Run(e.into()))? {
+        if c.replicas() != k {
+            return Err(Error::Input(format!(
+                "--replicas: the running local cluster has {} replicas, not {k} (run `plbbench cluster down` first)",
+                c.replicas()
+            )));
+        }
+        eprintln!("plbbench: using the running local cluster ({k} replicas)");
+        return Ok(c);
+    }
+    let state_dir = default_state_dir().with_file_name(format!("run-{}", std::process::id()));
+    let opts = LocalOptions {
+        replicas: k,
+        cpus: plan.args.cpus,
+        state_dir,
+        scale: plan.workload.dataset.scale,
+        seed: plan.workload.dataset.seed,
+        ..LocalOptions::default()
+    };
+    eprintln!("plbbench: starting a {k}-replica local PostgreSQL cluster (dataset scale {})", opts.scale);
+    LocalCluster::up(&opts).context("starting the local cluster").map_err(Error::Run)
+}
+
+/// Runs the plan on real local PostgreSQL servers.
+pub fn run_local(plan: &Plan, collector: Collector) -> Result<(Collector, BackendOutcome), Error> {
+    let cluster = local_cluster(plan)?;
+    let postgres_version = Some(cluster.pg_version());
+    let cpu_budget_enforced = cluster.cpu_budget_enforced();
+    let cluster = Arc::new(Mutex::new(cluster));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    let input = DriverInput {
+        workload: Arc::new(plan.workload.clone()),
+        clients: clients(plan),
+        router: Router::new(plan.router.clone()),
+        faults: plan.faults.clone(),
+        duration_s: plan.duration_s,
+        probe_interval: probe_interval(plan),
+        progress: !plan.args.quiet,
+    };
+    let (collector, out) = runtime.block_on(driver::run(input, cluster.clone(), collector));
+    drop(runtime);
+    let mut cluster = Arc::try_unwrap(cluster).ok().expect("no task holds the cluster").into_inner().expect("lock");
+    if cluster.is_persistent() {
+        heal(&mut cluster, plan);
+    }
+    drop(cluster);
+    let outcome = BackendOutcome {
+        in_flight: out.in_flight,
+        partial: out.partial,
+        postgres_version,
+        cpu_budget_enforced,
+        verdicts: Vec::new(),
+    };
+    Ok((collector, outcome))
+}
+
+/// Leaves a shared cluster as the run found it: every replica the schedule
+/// left down or paused is started or resumed.
+fn heal(cluster: &mut LocalCluster, plan: &Plan) {
+    for r in 0..plan.args.replicas {
+        let last = plan.faults.iter().filter(|e| e.replica == r).last().map(|e| e.action);
+        let result = match last {
+            Some(crate::core::model::Action::Down) => cluster.restart(r),
+            Some(crate::core::model::Action::Pause) => cluster.resume(r),
+            _ => Ok(()),
+        };
+        if let Err(e) = result {
+            eprintln!("plbbench: warning: could not restore r{}: {e}", r + 1);
+        }
+    }
+}

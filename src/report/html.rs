@@ -1,0 +1,824 @@
+//! report.html (design.md §5): the self-contained page of one run. Builds a
+//! serialisable view model from the summary and the metrics (every number
+//! already formatted, "–" where missing), draws the SVG charts, and renders
+//! both through the minijinja template `templates/run.html` with HTML
+//! autoescaping; only the chart SVGs are marked safe. No HTML is assembled
+//! in Rust (design.md §7), and the page references nothing on the network.
+
+use crate::core::metrics::{EventRow, PhaseRow, ReplicaCpu, RunMetrics};
+use crate::core::model::{replica_name, Class};
+use crate::core::phases::WARMUP;
+use crate::report::charts::{self, sig3, ChartError, Frame};
+use crate::report::summary::{Accounting, Summary, Verdict};
+use minijinja::{AutoEscape, Environment, UndefinedBehavior, Value};
+use serde::Serialize;
+
+/// The page template, embedded at build time.
+const TEMPLATE: &str = include_str!("../../templates/run.html");
+
+/// Why report.html could not be rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// A chart failed to draw.
+    #[error(transparent)]
+    Chart(#[from] ChartError),
+    /// The template failed to parse or render.
+    #[error("cannot render the report template: {0}")]
+    Template(#[from] minijinja::Error),
+}
+
+/// Renders the complete report.html of one run.
+pub fn render(summary: &Summary, metrics: &RunMetrics) -> Result<String, ReportError> {
+    let page = Page::new(summary, metrics)?;
+    let mut env = Environment::new();
+    env.set_auto_escape_callback(|_| AutoEscape::Html);
+    env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env.add_template("run.html", TEMPLATE)?;
+    Ok(env.get_template("run.html")?.render(&page)?)
+}
+
+/// The whole view model of the page.
+#[derive(Serialize)]
+struct Page {
+    title: Title,
+    partial: bool,
+    failing: Vec<Verdict>,
+    colours: Colours,
+    settings: Vec<Item>,
+    environment: Vec<Item>,
+    phases: Vec<PhaseGroup>,
+    any_short: bool,
+    charts: Vec<ChartView>,
+    cpu: CpuTable,
+    events: Vec<EventView>,
+    accounting: Vec<AccountView>,
+    verdicts: Vec<Verdict>,
+}
+
+#[derive(Serialize)]
+struct Title {
+    strategy: String,
+    mix: String,
+    clients: u32,
+    cluster: String,
+    seed: u64,
+    time_scale: String,
+    workload: String,
+    faults: String,
+    started: String,
+    duration: String,
+    wall: String,
+    version: String,
+    commit: String,
+}
+
+#[derive(Serialize)]
+struct Colours {
+    premium: String,
+    freemium: String,
+    mixed: String,
+    fault: String,
+}
+
+/// One label/value line of the settings and environment tables.
+#[derive(Serialize)]
+struct Item {
+    label: &'static str,
+    value: String,
+    /// Shown loudly (e.g. an unenforced CPU budget).
+    alert: Option<String>,
+}
+
+fn item(label: &'static str, value: impl Into<String>) -> Item {
+    Item { label, value: value.into(), alert: None }
+}
+
+/// The rows of one phase (one per class), sharing the phase's cells.
+#[derive(Serialize)]
+struct PhaseGroup {
+    name: String,
+    span: String,
+    length: String,
+    survivors: usize,
+    reduced: bool,
+    warmup: bool,
+    short: bool,
+    cpu_mean: String,
+    cpu_cv: String,
+    rows: Vec<ClassRow>,
+}
+
+#[derive(Serialize)]
+struct ClassRow {
+    class: String,
+    class_name: &'static str,
+    completed: String,
+    goodput: String,
+    retention: String,
+    p50: String,
+    p95: String,
+    p99: String,
+    inflation: String,
+    sessions_ended: String,
+    life_mean: String,
+    life_p95: String,
+    errors: String,
+    aborted: String,
+    errors_nonzero: bool,
+    aborted_nonzero: bool,
+}
+
+#[derive(Serialize)]
+struct ChartView {
+    id: &'static str,
+    title: &'static str,
+    caption: String,
+    svg: Value,
+}
+
+#[derive(Serialize)]
+struct CpuTable {
+    replicas: Vec<String>,
+    rows: Vec<CpuRow>,
+}
+
+#[derive(Serialize)]
+struct CpuRow {
+    phase: String,
+    warmup: bool,
+    reduced: bool,
+    cells: Vec<CpuCell>,
+    mean: String,
+    cv: String,
+}
+
+#[derive(Serialize)]
+struct CpuCell {
+    value: String,
+    over: bool,
+    missing: bool,
+}
+
+#[derive(Serialize)]
+struct EventView {
+    t: String,
+    kind: String,
+    replica: String,
+    detail: String,
+    delay: String,
+}
+
+#[derive(Serialize)]
+struct AccountView {
+    class: String,
+    class_name: &'static str,
+    started: String,
+    ended: String,
+    aborted: String,
+    in_flight: String,
+    balanced: bool,
+    completed: String,
+    failed: String,
+    aborts: Vec<(String, String)>,
+    errors: Vec<(String, String)>,
+}
+
+/// A missing number.
+const DASH: &str = "–";
+
+fn opt(x: Option<f64>) -> String {
+    x.map_or(DASH.to_string(), sig3)
+}
+
+/// An integer with thousands separators (`12,345`).
+fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+/// Seconds on the time axis: whole seconds stay whole (`120`, `12.5`).
+fn secs(t: f64) -> String {
+    let r = (t * 10.0).round() / 10.0;
+    if r.fract() == 0.0 {
+        format!("{r:.0}")
+    } else {
+        format!("{r:.1}")
+    }
+}
+
+/// A short duration: milliseconds below a second (`389 ms`), else seconds.
+fn duration(s: f64) -> String {
+    if s.abs() < 1.0 {
+        format!("{} ms", sig3(s * 1000.0))
+    } else {
+        format!("{} s", sig3(s))
+    }
+}
+
+fn class_name(c: Class) -> &'static str {
+    match c {
+        Class::P => "Premium",
+        Class::F => "Freemium",
+    }
+}
+
+impl Page {
+    fn new(s: &Summary, m: &RunMetrics) -> Result<Page, ReportError> {
+        let phases = if m.phases.is_empty() { &s.phases } else { &m.phases };
+        let k = s.settings.replicas;
+        let names = replica_names(k, m);
+        let frame = Frame::new(phases, k, time_end(s, m, phases), s.faults.iter().map(|f| f.t_s).collect());
+        let replica_cpu = if s.replica_cpu.is_empty() { &m.replica_cpu } else { &s.replica_cpu };
+        let events = if m.events.is_empty() { &s.fault_events } else { &m.events };
+        let groups = phase_groups(phases, k);
+        Ok(Page {
+            title: title(s),
+            partial: s.partial,
+            failing: s.verdicts.iter().filter(|v| !v.ok).cloned().collect(),
+            colours: Colours {
+                premium: charts::hex(charts::PREMIUM),
+                freemium: charts::hex(charts::FREEMIUM),
+                mixed: charts::hex(charts::MIXED),
+                fault: charts::hex(charts::FAULT),
+            },
+            settings: settings(s),
+            environment: environment(s),
+            any_short: groups.iter().any(|g| g.short),
+            cpu: cpu_table(&groups, replica_cpu, &names),
+            phases: groups,
+            charts: chart_views(s, m, phases, &names, &frame)?,
+            events: event_views(events),
+            accounting: accounting(&s.accounting, phases),
+            verdicts: s.verdicts.clone(),
+        })
+    }
+}
+
+/// r1..rK, plus any other replica that appears in the samples.
+fn replica_names(k: usize, m: &RunMetrics) -> Vec<String> {
+    let mut names: Vec<String> = (0..k).map(replica_name).collect();
+    for r in &m.replicas {
+        if !names.contains(&r.replica) {
+            names.push(r.replica.clone());
+        }
+    }
+    names
+}
+
+/// The end of the time axis: the last thing measured, else the run length.
+fn time_end(s: &Summary, m: &RunMetrics, phases: &[PhaseRow]) -> f64 {
+    let measured = phases
+        .iter()
+        .map(|p| p.end_s)
+        .chain(m.timeseries.iter().map(|r| f64::from(r.t_s) + 1.0))
+        .chain(m.replicas.iter().map(|r| r.t_s))
+        .fold(0.0, f64::max);
+    if measured > 0.0 {
+        measured
+    } else {
+        s.settings.duration_s
+    }
+}
+
+fn title(s: &Summary) -> Title {
+    let st = &s.settings;
+    let faults: Vec<String> = s.faults.iter().map(|f| format!("{} {} at {} s", f.action, replica_name(f.replica), secs(f.t_s))).collect();
+    let faults = if faults.is_empty() { st.faults.clone() } else { format!("{}: {}", st.faults, faults.join(" · ")) };
+    Title {
+        strategy: st.strategy.clone(),
+        mix: st.mix.clone(),
+        clients: st.clients,
+        cluster: st.cluster.clone(),
+        seed: st.seed,
+        time_scale: format!("{}×", st.time_scale),
+        workload: st.workload.clone(),
+        faults,
+        started: s.environment.started_utc.clone(),
+        duration: format!("{} s", secs(st.duration_s)),
+        wall: format!("{} s", sig3(s.wall_s)),
+        version: s.environment.plbbench_version.clone(),
+        commit: s.environment.git_commit.clone().unwrap_or_else(|| "unknown".into()),
+    }
+}
+
+fn settings(s: &Summary) -> Vec<Item> {
+    let st = &s.settings;
+    let mut v = vec![
+        item("strategy", st.strategy.clone()),
+        item("Premium:Freemium mix", st.mix.clone()),
+        item("clients T", st.clients.to_string()),
+        item("replicas K", st.replicas.to_string()),
+    ];
+    if st.strategy == "plb" {
+        v.push(item("PLB reference split (P,M,F)", st.reference.clone()));
+        v.push(item("PLB θ (sessions per replica)", st.theta.to_string()));
+        v.push(item("PLB α (return level τ = ⌊αθ⌋)", st.alpha.to_string()));
+    }
+    if st.strategy == "rr-split" {
+        v.push(item("rr-split partition (P:F replicas)", st.split.clone()));
+    }
+    v.extend([
+        item("fault detection", st.detection.clone()),
+        item("faults", title(s).faults),
+        item("workload", st.workload.clone()),
+        item("cluster backend", st.cluster.clone()),
+        item("seed", st.seed.to_string()),
+        item("time scale", format!("{}×", st.time_scale)),
+        item("run length (scaled)", format!("{} s", secs(st.duration_s))),
+    ]);
+    v
+}
+
+fn environment(s: &Summary) -> Vec<Item> {
+    let e = &s.environment;
+    let pg = match (&e.postgres_version, s.settings.cluster.as_str()) {
+        (Some(v), _) => v.clone(),
+        (None, "sim") => "– (simulated cluster)".into(),
+        (None, _) => DASH.into(),
+    };
+    let budget = Item {
+        label: "CPU budget C per replica",
+        value: format!("{} cores", sig3(e.cpu_budget_cores)),
+        alert: (!e.cpu_budget_enforced).then(|| "NOT ENFORCED: the budget was only modelled, replica capacity is not bounded by it".into()),
+    };
+    vec![
+        item("plbbench", e.plbbench_version.clone()),
+        item("git commit", e.git_commit.clone().unwrap_or_else(|| DASH.into())),
+        item("PostgreSQL", pg),
+        item("machine cores", e.cores.to_string()),
+        item("machine memory", format!("{} GiB", sig3(e.memory_gib))),
+        budget,
+        item("CPU budget enforced", if e.cpu_budget_enforced { "yes" } else { "no" }),
+        item("started (UTC)", e.started_utc.clone()),
+        item("wall-clock time", format!("{} s", sig3(s.wall_s))),
+    ]
+}
+
+/// The phase table: one group per phase in file order, rows P then F.
+fn phase_groups(phases: &[PhaseRow], k: usize) -> Vec<PhaseGroup> {
+    // A phase is "short" when it is shorter than a baseline session lives.
+    let typical = phases.iter().filter(|r| r.phase == "baseline").filter_map(|r| r.lifetime_mean_s).fold(0.0, f64::max);
+    let mut groups: Vec<PhaseGroup> = Vec::new();
+    for r in phases {
+        if groups.last().is_none_or(|g| g.name != r.phase) {
+            let warmup = r.phase == WARMUP;
+            groups.push(PhaseGroup {
+                name: r.phase.clone(),
+                span: format!("{}–{}", secs(r.start_s), secs(r.end_s)),
+                length: secs(r.end_s - r.start_s),
+                survivors: r.survivors,
+                reduced: r.survivors < k,
+                warmup,
+                short: !warmup && r.end_s - r.start_s < typical,
+                cpu_mean: opt(r.cpu_mean),
+                cpu_cv: opt(r.cpu_cv),
+                rows: Vec::new(),
+            });
+        }
+        groups.last_mut().expect("pushed above").rows.push(class_row(r));
+    }
+    groups
+}
+
+fn class_row(r: &PhaseRow) -> ClassRow {
+    ClassRow {
+        class: r.class.to_string(),
+        class_name: class_name(r.class),
+        completed: count(r.completed),
+        goodput: sig3(r.goodput_qps),
+        retention: opt(r.retention),
+        p50: opt(r.p50_ms),
+        p95: opt(r.p95_ms),
+        p99: opt(r.p99_ms),
+        inflation: opt(r.inflation_p95),
+        sessions_ended: count(r.sessions_ended),
+        life_mean: opt(r.lifetime_mean_s),
+        life_p95: opt(r.lifetime_p95_s),
+        errors: count(r.errors),
+        aborted: count(r.aborted_sessions),
+        errors_nonzero: r.errors > 0,
+        aborted_nonzero: r.aborted_sessions > 0,
+    }
+}
+
+const GOODPUT_CAPTION: &str = "Completed queries per second of each class (thin: each second, bold: 5 s moving mean); \
+    a drop inside a red fault window is throughput lost to the failure, and the grey warm-up is excluded from every figure.";
+const P95_CAPTION: &str = "95th-percentile latency of the queries completed in each second, measured from their intended \
+    start so stalls count; a rise inside a fault window is queueing on the survivors, and gaps are seconds without completions.";
+const CPU_CAPTION: &str = "CPU each replica used as a fraction of its budget C, per sample; the dashed line at 1.0 is the \
+    budget, and a line stops while its replica is down or unmeasured.";
+const ROLES_CAPTION: &str = "Each lane is one replica, coloured by the role the router gave it (P, M, F); hatched grey \
+    means the replica was down, and red dashed lines mark fault events.";
+const BARS_CAPTION: &str = "Each phase after the warm-up relative to the baseline: goodput retention (left, below 1 is lost \
+    throughput) and p95 inflation (right, above 1 is slower service) for each class; the dashed line marks no change.";
+
+/// The five figures, in page order, with the caption that says how to read each.
+fn chart_views(s: &Summary, m: &RunMetrics, phases: &[PhaseRow], names: &[String], frame: &Frame) -> Result<Vec<ChartView>, ReportError> {
+    let view = |id, title, caption: String, svg: String| ChartView { id, title, caption, svg: Value::from_safe_string(svg) };
+    let unenforced = if s.environment.cpu_budget_enforced {
+        ""
+    } else {
+        " The budget was not enforced on this run, so values above 1.0 are possible and capacity is not comparable."
+    };
+    let roles_note = match s.settings.strategy.as_str() {
+        "plb" => String::new(),
+        "rr-split" => " For rr-split the colours are the static partitions (P or F); they never change.".to_string(),
+        other => format!(" The {other} router ignores roles; read this chart for which replicas were up."),
+    };
+    Ok(vec![
+        view("goodput", "Goodput per class", GOODPUT_CAPTION.into(), charts::goodput(&m.timeseries, frame)?),
+        view("p95", "p95 latency per class", P95_CAPTION.into(), charts::p95(&m.timeseries, frame)?),
+        view("cpu", "CPU per replica", format!("{CPU_CAPTION}{unenforced}"), charts::cpu(&m.replicas, names, frame)?),
+        view("roles", "Replica roles over time", format!("{ROLES_CAPTION}{roles_note}"), charts::roles(&m.replicas, names, frame)?),
+        view("phases", "Retention and inflation per phase", BARS_CAPTION.into(), charts::phase_bars(phases)?),
+    ])
+}
+
+/// u_r per phase (rows) and replica (columns); a missing cell means the
+/// replica was not available through the phase.
+fn cpu_table(groups: &[PhaseGroup], cpu: &[ReplicaCpu], names: &[String]) -> CpuTable {
+    let cell = |phase: &str, replica: &String| {
+        let u = cpu.iter().find(|c| c.phase == phase && &c.replica == replica).map(|c| c.u);
+        CpuCell { value: opt(u), over: u.is_some_and(|u| u > 1.0), missing: u.is_none() }
+    };
+    let rows = groups
+        .iter()
+        .map(|g| CpuRow {
+            phase: g.name.clone(),
+            warmup: g.warmup,
+            reduced: g.reduced,
+            cells: names.iter().map(|n| cell(&g.name, n)).collect(),
+            mean: g.cpu_mean.clone(),
+            cv: g.cpu_cv.clone(),
+        })
+        .collect();
+    CpuTable { replicas: names.to_vec(), rows }
+}
+
+/// Events in time order; a detection carries its delay after the latest
+/// undetected fault of the same replica.
+fn event_views(events: &[EventRow]) -> Vec<EventView> {
+    let mut sorted: Vec<&EventRow> = events.iter().collect();
+    sorted.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
+    let mut pending: Vec<(&str, f64)> = Vec::new();
+    sorted
+        .into_iter()
+        .map(|e| {
+            let mut delay = None;
+            match e.kind.as_str() {
+                "fault" => {
+                    pending.retain(|p| p.0 != e.replica);
+                    pending.push((&e.replica, e.t_s));
+                }
+                "detect" => {
+                    if let Some(i) = pending.iter().position(|p| p.0 == e.replica) {
+                        delay = Some(e.t_s - pending.remove(i).1);
+                    }
+                }
+                _ => {}
+            }
+            EventView {
+                t: format!("{:.2}", e.t_s),
+                kind: e.kind.clone(),
+                replica: if e.replica.is_empty() { DASH.into() } else { e.replica.clone() },
+                detail: e.detail.clone(),
+                delay: delay.map_or(DASH.into(), duration),
+            }
+        })
+        .collect()
+}
+
+/// Per class: where every session went, and why queries and sessions failed.
+fn accounting(accounts: &[Accounting], phases: &[PhaseRow]) -> Vec<AccountView> {
+    accounts
+        .iter()
+        .map(|a| {
+            let rows = phases.iter().filter(|r| r.class == a.class);
+            let (ended, aborted, completed, failed) =
+                rows.fold((0, 0, 0, 0), |t, r| (t.0 + r.sessions_ended, t.1 + r.aborted_sessions, t.2 + r.completed, t.3 + r.errors));
+            let pairs = |v: &[(String, u64)]| v.iter().map(|(k, n)| (k.clone(), count(*n))).collect();
+            AccountView {
+                class: a.class.to_string(),
+                class_name: class_name(a.class),
+                started: count(a.sessions_started),
+                ended: count(ended),
+                aborted: count(aborted),
+                in_flight: count(a.sessions_in_flight),
+                balanced: ended + aborted + a.sessions_in_flight == a.sessions_started,
+                completed: count(completed),
+                failed: count(failed),
+                aborts: pairs(&a.aborts),
+                errors: pairs(&a.errors),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::metrics::{ReplicaRow, SeriesRow};
+    use crate::core::model::{Action, FaultEvent, Role};
+    use crate::report::summary::{Environment, Settings};
+
+    /// (name, start, end, survivors) of the synthetic run.
+    const PHASES: [(&str, f64, f64, usize); 4] =
+        [("warmup", 0.0, 60.0, 5), ("baseline", 60.0, 90.0, 5), ("down1", 90.0, 150.0, 4), ("rejoin1", 150.0, 200.0, 5)];
+
+    fn phase_row(name: &str, start_s: f64, end_s: f64, survivors: usize, class: Class) -> PhaseRow {
+        let hurt = if survivors < 5 { 0.8 } else { 1.0 };
+        let base = if class == Class::P { 20.0 } else { 60.0 };
+        PhaseRow {
+            phase: name.into(),
+            start_s,
+            end_s,
+            survivors,
+            class,
+            completed: (base * hurt * (end_s - start_s)) as u64,
+            goodput_qps: base * hurt,
+            retention: (name != WARMUP).then_some(hurt),
+            p50_ms: Some(30.0 / hurt),
+            p95_ms: Some(80.0 / hurt),
+            p99_ms: Some(120.0 / hurt),
+            inflation_p95: (name != WARMUP).then_some(1.0 / hurt),
+            sessions_ended: 40,
+            lifetime_mean_s: Some(12.5),
+            lifetime_p95_s: Some(20.0),
+            errors: if survivors < 5 { 3 } else { 0 },
+            aborted_sessions: if survivors < 5 { 2 } else { 0 },
+            cpu_mean: Some(0.7),
+            cpu_cv: Some(0.1),
+        }
+    }
+
+    fn replica_rows() -> Vec<ReplicaRow> {
+        let mut rows = Vec::new();
+        for t in 0..200u32 {
+            for r in 0..5usize {
+                let down = r == 0 && (90..150).contains(&t);
+                let role = match (r, t) {
+                    (0, t) if t >= 150 => Role::M,
+                    (0 | 1, _) => Role::P,
+                    (2, t) if (90..150).contains(&t) => Role::P,
+                    (2, _) => Role::M,
+                    _ => Role::F,
+                };
+                let cpu = (!down && t > 0).then(|| 0.5 + 0.1 * r as f64 + if (90..150).contains(&t) { 0.3 } else { 0.0 });
+                rows.push(ReplicaRow {
+                    t_s: t as f64,
+                    replica: replica_name(r),
+                    up: !down,
+                    role,
+                    cpu_fraction: cpu,
+                    active_p: 2,
+                    active_f: 5,
+                });
+            }
+        }
+        rows
+    }
+
+    fn event(t_s: f64, kind: &str, replica: &str, detail: &str) -> EventRow {
+        EventRow { t_s, kind: kind.into(), replica: replica.into(), detail: detail.into() }
+    }
+
+    fn synthetic(partial: bool, workload: &str) -> (Summary, RunMetrics) {
+        let phases: Vec<PhaseRow> = PHASES.iter().flat_map(|&(n, a, b, k)| Class::ALL.map(|c| phase_row(n, a, b, k, c))).collect();
+        let timeseries = (0..200u32)
+            .flat_map(|t| {
+                Class::ALL.map(|class| {
+                    let g = if class == Class::P { 20.0 } else { 60.0 } * if (90..150).contains(&t) { 0.8 } else { 1.0 };
+                    let gap = class == Class::F && (100..104).contains(&t);
+                    let p95 = (!gap).then(|| if (90..100).contains(&t) { 900.0 } else { 80.0 });
+                    SeriesRow { t_s: t, class, completed: g as u64, goodput_qps: g, p95_ms: p95, active_sessions: 10 }
+                })
+            })
+            .collect();
+        let events = vec![
+            event(90.0, "fault", "r1", "Down"),
+            event(90.5, "detect", "r1", "probe failed"),
+            event(90.5, "role", "r3", "M -> P"),
+            event(150.0, "fault", "r1", "Rejoin"),
+            event(150.75, "detect", "r1", "probe ok"),
+            event(150.75, "role", "r1", "enters as M"),
+        ];
+        let replica_cpu = PHASES
+            .iter()
+            .flat_map(|&(n, ..)| {
+                (0..5).filter(move |&r| !(n == "down1" && r == 0)).map(move |r| ReplicaCpu {
+                    phase: n.into(),
+                    replica: replica_name(r),
+                    u: 0.5 + 0.2 * r as f64,
+                })
+            })
+            .collect::<Vec<_>>();
+        let metrics = RunMetrics {
+            phases: phases.clone(),
+            timeseries,
+            replicas: replica_rows(),
+            replica_cpu: replica_cpu.clone(),
+            events: events.clone(),
+            queries: None,
+            sessions_started: [164, 164],
+            sessions_in_flight: [2, 2],
+            abort_reasons: vec![(Class::P, "replica down".into(), 2), (Class::F, "replica down".into(), 2)],
+            error_kinds: vec![(Class::P, "connection".into(), 3), (Class::F, "connection".into(), 3)],
+        };
+        let summary = Summary {
+            partial,
+            settings: Settings {
+                strategy: "plb".into(),
+                mix: "25:75".into(),
+                clients: 100,
+                replicas: 5,
+                reference: "2,1,2".into(),
+                split: "3:2".into(),
+                faults: "premium-fault".into(),
+                workload: workload.into(),
+                cluster: "sim".into(),
+                seed: 42,
+                time_scale: 1.0,
+                duration_s: 200.0,
+                theta: 10,
+                alpha: 0.7,
+                detection: "probe".into(),
+            },
+            environment: Environment {
+                plbbench_version: "0.1.0".into(),
+                git_commit: Some("abc1234".into()),
+                postgres_version: None,
+                cores: 2,
+                memory_gib: 7.8,
+                cpu_budget_cores: 0.3,
+                cpu_budget_enforced: false,
+                started_utc: "2025-01-01T00:00:00Z".into(),
+            },
+            faults: vec![
+                FaultEvent { t_s: 90.0, replica: 0, action: Action::Down },
+                FaultEvent { t_s: 150.0, replica: 0, action: Action::Rejoin },
+            ],
+            phases,
+            replica_cpu,
+            fault_events: events.into_iter().filter(|e| e.kind != "role").collect(),
+            accounting: Class::ALL
+                .map(|class| Accounting {
+                    class,
+                    sessions_started: 164,
+                    sessions_in_flight: 2,
+                    aborts: vec![("replica down".into(), 2)],
+                    errors: vec![("connection".into(), 3)],
+                })
+                .to_vec(),
+            verdicts: vec![
+                Verdict { name: "accounting".into(), ok: true, detail: "adds up".into() },
+                Verdict { name: "saturation".into(), ok: false, detail: "r2 above budget in down1".into() },
+            ],
+            wall_s: 3.25,
+        };
+        (summary, metrics)
+    }
+
+    fn page(partial: bool) -> String {
+        let (s, m) = synthetic(partial, "tpch-small");
+        render(&s, &m).unwrap()
+    }
+
+    #[test]
+    fn page_shows_every_phase_both_classes_and_five_charts() {
+        let html = page(false);
+        for name in ["warmup", "baseline", "down1", "rejoin1", "Premium", "Freemium", "ramp, excluded from figures"] {
+            assert!(html.contains(name), "missing {name}");
+        }
+        assert_eq!(html.matches("<svg").count(), 5);
+        assert_eq!(html.matches("</svg>").count(), 5);
+        assert_eq!(html.matches(r#"class="cls-P"#).count(), 4 + 1, "4 phase rows and 1 accounting row");
+        assert_eq!(html.matches(r#"class="cls-F"#).count(), 4 + 1);
+        assert_eq!(html.matches(r#"class="cls-P warmup first""#).count(), 1);
+        // Charts use the class colours (plotters writes upper-case hex).
+        let upper = html.to_uppercase();
+        assert!(upper.contains("#1F77B4") && upper.contains("#FF7F0E"));
+    }
+
+    #[test]
+    fn partial_banner_only_when_partial() {
+        assert!(!page(false).contains("PARTIAL RUN"));
+        assert!(!page(false).contains("partial-banner"));
+        assert!(page(true).contains(r#"<div class="banner partial" id="partial-banner">PARTIAL RUN"#));
+    }
+
+    #[test]
+    fn failing_checks_and_unenforced_budget_are_loud() {
+        let html = page(false);
+        let warn = &html[html.find(r#"id="failing-verdicts""#).expect("amber list")..];
+        let warn = &warn[..warn.find("</div>").unwrap()];
+        assert!(warn.contains("saturation") && !warn.contains("accounting"));
+        assert!(html.contains("NOT ENFORCED"));
+        let (mut s, m) = synthetic(false, "w");
+        s.environment.cpu_budget_enforced = true;
+        s.verdicts.retain(|v| v.ok);
+        let html = render(&s, &m).unwrap();
+        assert!(!html.contains("NOT ENFORCED") && !html.contains("failing-verdicts"));
+    }
+
+    #[test]
+    fn user_text_is_escaped() {
+        let (s, m) = synthetic(false, "<script>alert(1)</script>");
+        let html = render(&s, &m).unwrap();
+        assert!(!html.contains("<script"), "raw script tag in the page");
+        assert!(html.contains("&lt;script&gt;alert(1)&lt;"));
+    }
+
+    #[test]
+    fn page_makes_no_network_references() {
+        let html = page(true);
+        let stripped = html.replace(r#"xmlns="http://www.w3.org/2000/svg""#, "");
+        assert_eq!(html.len() - stripped.len(), 5 * r#"xmlns="http://www.w3.org/2000/svg""#.len());
+        for needle in ["http://", "https://", "<link", "<script", " src=", "@import", "url("] {
+            assert!(!stripped.contains(needle), "found {needle}");
+        }
+    }
+
+    #[test]
+    fn detections_carry_their_delay() {
+        let (_, m) = synthetic(false, "w");
+        let ev = event_views(&m.events);
+        let delays: Vec<(&str, &str)> = ev.iter().map(|e| (e.kind.as_str(), e.delay.as_str())).collect();
+        let want = [("fault", "–"), ("detect", "500 ms"), ("role", "–"), ("fault", "–"), ("detect", "750 ms"), ("role", "–")];
+        assert_eq!(delays, want);
+        // A detection without a fault of the same replica has no delay.
+        let ev = event_views(&[event(1.0, "fault", "r2", ""), event(2.0, "detect", "r3", "")]);
+        assert_eq!(ev[1].delay, DASH);
+    }
+
+    #[test]
+    fn shaded_windows_are_warmup_and_reduced_phases() {
+        let (s, _) = synthetic(false, "w");
+        let f = Frame::new(&s.phases, 5, 200.0, vec![]);
+        let names: Vec<(&str, bool)> = f.windows.iter().map(|w| (w.name.as_str(), w.warmup)).collect();
+        assert_eq!(names, vec![("warmup", true), ("down1", false)]);
+    }
+
+    #[test]
+    fn phase_bars_leave_out_the_warmup() {
+        let (s, _) = synthetic(false, "w");
+        let svg = charts::phase_bars(&s.phases).unwrap();
+        assert!(svg.contains("down1") && svg.contains("rejoin1") && svg.contains("baseline"));
+        assert!(!svg.contains("warmup"));
+    }
+
+    #[test]
+    fn formatting() {
+        assert_eq!(count(0), "0");
+        assert_eq!(count(999), "999");
+        assert_eq!(count(1_234_567), "1,234,567");
+        assert_eq!(secs(120.0), "120");
+        assert_eq!(secs(12.45), "12.5");
+        assert_eq!(opt(None), "–");
+        assert_eq!(opt(Some(0.98765)), "0.988");
+        assert_eq!(duration(0.0057), "5.70 ms");
+        assert_eq!(duration(2.5), "2.50 s");
+    }
+
+    #[test]
+    fn degenerate_runs_still_render() {
+        // No faults (warm-up and baseline only) and nothing measured.
+        let (mut s, mut m) = synthetic(true, "w");
+        s.phases.retain(|r| r.phase == "warmup" || r.phase == "baseline");
+        s.faults.clear();
+        m.phases = s.phases.clone();
+        m.timeseries.clear();
+        m.replicas.clear();
+        m.events.clear();
+        let html = render(&s, &m).unwrap();
+        assert_eq!(html.matches("<svg").count(), 5);
+        assert!(html.contains("no replica samples"));
+        // Not even phases (a run interrupted at once).
+        s.phases.clear();
+        m.phases.clear();
+        s.fault_events.clear();
+        let html = render(&s, &m).unwrap();
+        assert_eq!(html.matches("<svg").count(), 5);
+        assert!(html.contains("No events were recorded."));
+    }
+
+    #[test]
+    fn short_phases_are_flagged() {
+        let (mut s, mut m) = synthetic(false, "w");
+        assert!(!page(false).contains("Shorter than a typical baseline session"));
+        for r in s.phases.iter_mut().chain(m.phases.iter_mut()) {
+            r.lifetime_mean_s = Some(45.0); // longer than the 30 s baseline only
+        }
+        let html = render(&s, &m).unwrap();
+        assert!(html.contains("Shorter than a typical baseline session"));
+        let groups = phase_groups(&m.phases, 5);
+        let short: Vec<&str> = groups.iter().filter(|g| g.short).map(|g| g.name.as_str()).collect();
+        assert_eq!(short, vec!["baseline"]);
+    }
+}

@@ -1,0 +1,7 @@
+//! Everything a run writes: summary.json's model, the CSV/JSON files and the
+//! self-contained HTML report with its SVG charts.
+
+pub mod charts;
+pub mod files;
+pub mod summary;
+pub mod html;

@@ -1,0 +1,120 @@
+//! Property tests of the routing core (design.md §2): random operation
+//! sequences over random cluster sizes and reference splits must keep every
+//! invariant the paper's policy promises.
+
+use plbbench::core::model::{Class, Role};
+use plbbench::core::roles::{count, target};
+use plbbench::core::router::{Router, RouterConfig, Strategy as Routing};
+use proptest::prelude::*;
+
+/// The target vector restated independently from design.md §2 (floating
+/// point, half away from zero), to check the integer implementation.
+fn target_spec(n: usize, r: [usize; 3], k: usize) -> [usize; 3] {
+    match n {
+        0 => [0, 0, 0],
+        1 => [0, 1, 0],
+        2 => [1, 0, 1],
+        3 => [2, 0, 1],
+        _ => {
+            let round = |x: f64| (x + 0.5).floor() as usize;
+            let mut p = round(n as f64 * r[0] as f64 / k as f64).max(1);
+            let mut f = if r[2] == 0 { 0 } else { round(n as f64 * r[2] as f64 / k as f64).max(1) };
+            let ff = if r[2] == 0 { 0 } else { 1 };
+            while p + f > n && (f > ff || p > 1) {
+                if f > ff { f -= 1 } else { p -= 1 }
+            }
+            [p, n - p - f, f]
+        }
+    }
+}
+
+fn reference() -> impl Strategy<Value = (usize, [usize; 3])> {
+    (1usize..=12).prop_flat_map(|k| {
+        (0..=k).prop_flat_map(move |p| (0..=k - p).prop_map(move |m| (k, [p, m, k - p - m])))
+    })
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Admit(Class),
+    Release(usize),
+    Fail(usize),
+    Heal(usize),
+}
+
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    prop::collection::vec(
+        prop_oneof![
+            4 => prop::bool::ANY.prop_map(|p| Op::Admit(if p { Class::P } else { Class::F })),
+            3 => (0usize..64).prop_map(Op::Release),
+            1 => (0usize..12).prop_map(Op::Fail),
+            1 => (0usize..12).prop_map(Op::Heal),
+        ],
+        1..300,
+    )
+}
+
+fn config(strategy: Routing, k: usize, reference: [usize; 3], split_p: usize) -> RouterConfig {
+    RouterConfig { strategy, replicas: k, reference, split: (split_p, k - split_p), theta: 3, alpha: 0.7 }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn target_matches_formula((k, r) in reference()) {
+        for n in 0..=k {
+            let t = target(n, r, k);
+            prop_assert_eq!(t, target_spec(n, r, k), "K={} K+={} ref={:?}", k, n, r);
+            prop_assert_eq!(t.iter().sum::<usize>(), n);
+        }
+    }
+
+    #[test]
+    fn router_invariants(
+        (k, r) in reference(),
+        strategy in prop::sample::select(Routing::ALL.to_vec()),
+        split_seed in 0usize..100,
+        ops in ops(),
+    ) {
+        let split_p = split_seed % (k + 1);
+        let mut router = Router::new(config(strategy, k, r, split_p));
+        let mut open: Vec<(usize, Class)> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Admit(class) => {
+                    if let Some(rep) = router.admit(class) {
+                        prop_assert!(router.is_healthy(rep), "routed to a down replica");
+                        if strategy == Routing::RrSplit {
+                            let own = if class == Class::P { rep < split_p } else { rep >= split_p };
+                            prop_assert!(own, "rr-split crossed its partition");
+                        }
+                        open.push((rep, class));
+                    } else if strategy != Routing::RrSplit {
+                        prop_assert_eq!(router.survivors(), 0, "no capacity with healthy replicas");
+                    }
+                }
+                Op::Release(i) if !open.is_empty() => {
+                    let (rep, class) = open.swap_remove(i % open.len());
+                    router.release(rep, class);
+                }
+                Op::Release(_) => {}
+                Op::Fail(i) | Op::Heal(i) => {
+                    let rep = i % k;
+                    let healthy = matches!(op, Op::Heal(_));
+                    let changed = router.is_healthy(rep) != healthy;
+                    router.set_health(rep, healthy);
+                    // Roles start at the reference split; repair (and so the
+                    // target) applies from the first change of survivors on.
+                    if strategy == Routing::Plb && changed {
+                        let roles: Vec<Option<Role>> =
+                            (0..k).map(|x| router.is_healthy(x).then(|| router.role(x))).collect();
+                        prop_assert_eq!(count(&roles), target(router.survivors(), r, k), "after repair");
+                    }
+                }
+            }
+            let sessions: u32 = (0..k).map(|x| router.active(x).iter().sum::<u32>()).sum();
+            prop_assert_eq!(sessions as usize, open.len());
+        }
+    }
+}
