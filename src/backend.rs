@@ -58,7 +58,8 @@ fn local_cluster(plan: &Plan) -> Result<LocalCluster, Error> {
         eprintln!("plbbench: using the running local cluster ({k} replicas)");
         return Ok(c);
     }
-    let state_dir = default_state_dir().with_file_name(format!("run-{}", std::process::id()));
+    // A fixed name: a cluster orphaned by a killed run is cleaned by the next.
+    let state_dir = default_state_dir().with_file_name("run");
     let opts = LocalOptions {
         replicas: k,
         cpus: plan.args.cpus,

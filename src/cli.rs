@@ -25,6 +25,21 @@ pub enum Command {
     Roles(RolesArgs),
     /// Bring a cluster up, show its status, or take it down.
     Cluster(ClusterArgs),
+    /// Run a grid of strategies x mixes x fault presets x repeats; write medians, quartiles and the paper's figures.
+    Experiment(crate::experiment::ExperimentArgs),
+    /// Measure each query template's CPU cost on one local replica (calibrates the simulator and the workload).
+    Calibrate(CalibrateArgs),
+}
+
+/// `plbbench calibrate`.
+#[derive(Debug, Args)]
+pub struct CalibrateArgs {
+    /// Workload whose templates to measure [default: built-in analytics].
+    #[arg(long, value_name = "FILE")]
+    pub workload: Option<PathBuf>,
+    /// Queries per template.
+    #[arg(long, default_value_t = 200, value_name = "N")]
+    pub queries: u32,
 }
 
 /// Which cluster runs the sessions.

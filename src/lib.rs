@@ -6,13 +6,16 @@
 pub mod backend;
 pub mod cli;
 pub mod cluster;
+pub mod cluster_cmd;
 pub mod core;
 pub mod driver;
 pub mod error;
+pub mod experiment;
 pub mod plan;
 pub mod report;
 pub mod run;
 pub mod sim;
+pub mod stats;
 
 use cli::{Cli, Command};
 pub use error::Error;
@@ -29,7 +32,9 @@ pub fn run(cli: Cli) -> Result<(), Error> {
             Ok(())
         }
         Command::Roles(args) => roles(&args.reference),
-        Command::Cluster(_) => Err(Error::Input("cluster: the local backend is not wired in yet".into())),
+        Command::Experiment(args) => experiment::experiment(args),
+        Command::Cluster(args) => cluster_cmd::cluster(args),
+        Command::Calibrate(args) => cluster_cmd::calibrate(args),
     }
 }
 

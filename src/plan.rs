@@ -155,6 +155,7 @@ impl Plan {
             split: (split[0], split[1]),
             theta: workload.router.theta,
             alpha: workload.router.alpha,
+            mixed_bounded: workload.router.mixed_bounded,
         };
         let out = match &args.out {
             Some(p) => p.clone(),

@@ -55,7 +55,7 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
 }
 
 fn config(strategy: Routing, k: usize, reference: [usize; 3], split_p: usize) -> RouterConfig {
-    RouterConfig { strategy, replicas: k, reference, split: (split_p, k - split_p), theta: 3, alpha: 0.7 }
+    RouterConfig { strategy, replicas: k, reference, split: (split_p, k - split_p), theta: 3, alpha: 0.7, mixed_bounded: split_p % 2 == 0 }
 }
 
 proptest! {

@@ -59,6 +59,8 @@ pub struct RouterConfig {
     pub theta: u32,
     /// PLB return factor alpha; tau = floor(alpha * theta) (default 0.7).
     pub alpha: f64,
+    /// Ablation: Mixed admits only below theta too (default false).
+    pub mixed_bounded: bool,
 }
 
 /// A role change to log in events.csv.
@@ -228,7 +230,8 @@ impl Router {
         if let Some(r) = self.least_loaded(|r| r.role == own && r.load() < theta) {
             return Some(r);
         }
-        if let Some(r) = self.least_loaded(|r| r.role == Role::M) {
+        let bounded = self.cfg.mixed_bounded;
+        if let Some(r) = self.least_loaded(|r| r.role == Role::M && (!bounded || r.load() < theta)) {
             return Some(r);
         }
         if let Some(r) = self.borrow(class) {

@@ -104,11 +104,14 @@ pub struct RouterKnobs {
     pub theta: u32,
     /// alpha: return level tau = floor(alpha x theta) (default 0.7).
     pub alpha: f64,
+    /// Ablation: apply theta to admission step 2 (Mixed) as well. design.md
+    /// §2 leaves Mixed unbounded, so the default is false.
+    pub mixed_bounded: bool,
 }
 
 impl Default for RouterKnobs {
     fn default() -> Self {
-        RouterKnobs { theta: 10, alpha: 0.7 }
+        RouterKnobs { theta: 10, alpha: 0.7, mixed_bounded: false }
     }
 }
 
@@ -240,6 +243,20 @@ impl Workload {
         let cycle_ms = s.between_ms + n * service_ms + (n - 1.0) * s.think_ms;
         f64::from(clients) * n * demand_ms / cycle_ms / (replicas as f64 * cpus)
     }
+
+    /// The `session.between_ms` at which [`Workload::offered_utilisation`]
+    /// equals `target` (how the default workload's think time was chosen).
+    pub fn between_for_utilisation(&self, target: f64, clients: u32, premium_pct: u32, replicas: usize, cpus: f64) -> f64 {
+        // u = A / (between + B), so between = A/u - B with B from u at 0.
+        let mut w = self.clone();
+        w.session.between_ms = 0.0;
+        let u0 = w.offered_utilisation(clients, premium_pct, replicas, cpus);
+        w.session.between_ms = 1000.0;
+        let u1 = w.offered_utilisation(clients, premium_pct, replicas, cpus);
+        let a = 1000.0 / (1.0 / u1 - 1.0 / u0);
+        let b = a / u0;
+        a / target - b
+    }
 }
 
 /// Deserialises TOML, reporting errors on one line with the line, column
@@ -281,6 +298,15 @@ mod tests {
         let w = Workload::parse(DEFAULT).unwrap();
         let u = w.offered_utilisation(1000, 25, 5, 0.3);
         assert!((u - 0.70).abs() < 0.02, "offered utilisation {u}");
+    }
+
+    #[test]
+    fn between_for_utilisation_inverts_the_load_formula() {
+        let mut w = Workload::parse(DEFAULT).unwrap();
+        for target in [0.5, 0.7, 0.9] {
+            w.session.between_ms = w.between_for_utilisation(target, 1000, 25, 5, 0.3);
+            assert!((w.offered_utilisation(1000, 25, 5, 0.3) - target).abs() < 1e-9);
+        }
     }
 
     #[test]

@@ -1,0 +1,154 @@
+//! `plbbench cluster up|status|down` and `plbbench calibrate`: the user-facing
+//! commands over the local backend. `up` leaves the cluster running for later
+//! runs; `calibrate` measures each query template's CPU cost on one replica,
+//! which is what the simulator's `cpu_ms` and the workload's think time are
+//! calibrated from.
+
+use crate::cli::{CalibrateArgs, ClusterAction, ClusterArgs, ClusterKind};
+use crate::cluster::local::{default_state_dir, LocalCluster, LocalOptions};
+use crate::core::model::Class;
+use crate::error::{input, Error};
+use crate::plan::load_workload;
+use anyhow::Context;
+use std::time::Instant;
+
+fn local_only(kind: ClusterKind) -> Result<(), Error> {
+    match kind {
+        ClusterKind::Local => Ok(()),
+        other => Err(input("--backend", format!("the `{}` backend is not available yet; use local", other.name()))),
+    }
+}
+
+/// Runs a `cluster` action.
+pub fn cluster(args: ClusterArgs) -> Result<(), Error> {
+    let dir = default_state_dir();
+    match args.action {
+        ClusterAction::Up(a) => {
+            local_only(a.backend)?;
+            if a.replicas == 0 {
+                return Err(input("--replicas", "must be at least 1"));
+            }
+            if !(a.cpus.is_finite() && a.cpus > 0.0) {
+                return Err(input("--cpus", format!("must be a positive number of cores, got {}", a.cpus)));
+            }
+            let w = load_workload(a.workload.as_deref())?;
+            let opts = LocalOptions {
+                replicas: a.replicas,
+                cpus: a.cpus,
+                state_dir: dir,
+                scale: w.dataset.scale,
+                seed: w.dataset.seed,
+                ..LocalOptions::default()
+            };
+            let started = Instant::now();
+            let mut c = LocalCluster::up(&opts).context("cluster up")?;
+            c.set_persistent(true).context("saving the cluster state")?;
+            if !c.cpu_budget_enforced() {
+                eprintln!("plbbench: warning: cgroups are not writable here; the CPU budget is not enforced");
+            }
+            eprintln!("plbbench: {} replicas up in {:.1} s ({})", c.replicas(), started.elapsed().as_secs_f64(), c.pg_version());
+            for r in 0..c.replicas() {
+                println!("{}", c.dsn(r));
+            }
+            Ok(())
+        }
+        ClusterAction::Status(s) => {
+            local_only(s.backend)?;
+            let Some(c) = LocalCluster::load(&dir).context("reading the cluster state")? else {
+                println!("no local cluster is running");
+                return Ok(());
+            };
+            println!("replica  port   pid      health   cpu_budget");
+            for s in c.status() {
+                let health = if s.paused { "paused" } else if s.healthy { "healthy" } else { "down" };
+                let pid = s.pid.map_or("-".into(), |p| p.to_string());
+                let cpus = if c.cpu_budget_enforced() { format!("{:.2}", s.cpus) } else { "unenforced".into() };
+                println!("{:<8} {:<6} {:<8} {:<8} {}", s.name, s.port, pid, health, cpus);
+            }
+            Ok(())
+        }
+        ClusterAction::Down(s) => {
+            local_only(s.backend)?;
+            match LocalCluster::load(&dir).context("reading the cluster state")? {
+                Some(c) => c.down().context("cluster down")?,
+                None => {
+                    LocalCluster::cleanup_stale(&dir).context("cleaning a stale cluster")?;
+                }
+            }
+            eprintln!("plbbench: local cluster removed");
+            Ok(())
+        }
+    }
+}
+
+/// Measures the CPU milliseconds of each query template on replica r1
+/// (sequential queries on one connection, cgroup CPU accounting), and the
+/// `between_ms` that puts the default mix at 70% of the cluster budget.
+pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
+    if args.queries == 0 {
+        return Err(input("--queries", "must be at least 1"));
+    }
+    let mut w = load_workload(args.workload.as_deref())?;
+    let opts = LocalOptions {
+        replicas: 1,
+        cpus: 0.0,
+        state_dir: default_state_dir().with_file_name("calibrate"),
+        scale: w.dataset.scale,
+        seed: w.dataset.seed,
+        ..LocalOptions::default()
+    };
+    eprintln!("plbbench: starting one unthrottled replica (dataset scale {})", opts.scale);
+    let c = LocalCluster::up(&opts).context("starting the calibration replica")?;
+    let cfg = c.config(0);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("tokio")?;
+    println!("template,class,queries,cpu_ms,wall_ms");
+    for i in 0..w.query.len() {
+        let (cpu_ms, wall_ms) = runtime.block_on(measure(&c, &cfg, &w.query[i], args.queries))?;
+        let q = &w.query[i];
+        println!("{},{},{},{:.2},{:.2}", q.name, q.class, args.queries, cpu_ms, wall_ms);
+        w.query[i].cpu_ms = (cpu_ms * 100.0).round() / 100.0;
+    }
+    drop(c);
+    let between = w.between_for_utilisation(0.70, 1000, 25, 5, 0.3);
+    eprintln!(
+        "plbbench: mean cpu_ms P {:.2}, F {:.2}; between_ms = {:.0} puts T=1000, 25:75, K=5, C=0.3 at 70% of the budget",
+        w.mean_cpu_ms(Class::P),
+        w.mean_cpu_ms(Class::F),
+        between
+    );
+    Ok(())
+}
+
+async fn measure(
+    c: &LocalCluster,
+    cfg: &tokio_postgres::Config,
+    q: &crate::core::workload::QueryTemplate,
+    n: u32,
+) -> Result<(f64, f64), Error> {
+    let (client, conn) = cfg.connect(tokio_postgres::NoTls).await.context("connecting to r1")?;
+    tokio::spawn(conn);
+    let types: &[tokio_postgres::types::Type] = if q.key_range > 0 { &[tokio_postgres::types::Type::INT8] } else { &[] };
+    let st = client.prepare_typed(&q.sql, types).await.with_context(|| format!("preparing {}", q.name))?;
+    let run = |i: u32| {
+        let param = (i64::from(i) * 7919) % q.key_range.max(1) as i64 + 1;
+        let (client, st) = (&client, &st);
+        async move {
+            if q.key_range > 0 {
+                client.query(st, &[&param]).await
+            } else {
+                client.query(st, &[]).await
+            }
+        }
+    };
+    for i in 0..n.min(20) {
+        run(i).await.with_context(|| format!("warming up {}", q.name))?;
+    }
+    let cpu0 = c.cpu_seconds(0).context("no CPU accounting for r1")?;
+    let t0 = Instant::now();
+    for i in 0..n {
+        run(i).await.with_context(|| format!("running {}", q.name))?;
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = c.cpu_seconds(0).context("no CPU accounting for r1")? - cpu0;
+    Ok((cpu * 1000.0 / f64::from(n), wall * 1000.0 / f64::from(n)))
+}
