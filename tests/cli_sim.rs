@@ -133,3 +133,25 @@ fn bad_input_is_one_line_with_status_2() {
 fn plbbench_default_workload() -> String {
     std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/analytics.toml")).unwrap()
 }
+
+/// Pins the simulator's figures at a fixed seed: any change to the router,
+/// the schedule, the simulator or the metrics shows up here. After an
+/// intended change, refresh with `UPDATE_GOLDEN=1 cargo test --release --test cli_sim`
+/// and explain the difference in the commit message.
+#[test]
+fn sim_figures_are_pinned_at_a_fixed_seed() {
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    for (strategy, faults) in [("plb", "cascade"), ("rr", "cascade"), ("rr-split", "premium-fault")] {
+        let dir = tmp(&format!("golden-{strategy}"));
+        let out = sim_run(&dir, &["--strategy", strategy, "--faults", faults, "--seed", "1"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let got = std::fs::read_to_string(dir.join("phases.csv")).unwrap();
+        let file = golden.join(format!("sim-{strategy}-{faults}-seed1.csv"));
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(&file, &got).unwrap();
+        }
+        let want = std::fs::read_to_string(&file).expect("golden file (UPDATE_GOLDEN=1 to create)");
+        assert_eq!(got, want, "{strategy} {faults}: simulator figures changed");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

@@ -1,0 +1,735 @@
+//! `plbbench experiment` (design.md §4 "Repeats", issue 5): runs a grid of
+//! strategies x mixes x fault presets x repeats, one ordinary run folder per
+//! cell and repeat, and summarises the repeats as medians with interquartile
+//! ranges (`experiment.json`, `experiment.csv`) and as the paper's figures
+//! (`figures.json`, computed in `experiment/figures.rs`). It owns the grid order, the seeds, resumption and the
+//! aggregation; every run itself goes through `plan::Plan` and `run::execute`
+//! so an experiment's runs are byte-for-byte what `plbbench run` would write.
+//!
+//! Order and seeds: the loop is repeat -> fault -> mix -> strategy, so drift
+//! of the machine hits every strategy alike; repeat k (1-based) uses seed
+//! `--seed + k - 1` for every cell (common random numbers across strategies).
+//! Resumption: a run folder with a complete `summary.json` (not `partial`)
+//! and the same settings is kept; anything else in the grid is (re)run.
+
+use crate::cli::{ClusterKind, Detection, RunArgs};
+use crate::core::faults;
+use crate::core::metrics::PhaseRow;
+use crate::core::model::Class;
+use crate::core::phases::WARMUP;
+use crate::core::router::Strategy;
+use crate::error::{input, Error};
+use crate::plan::{self, Plan};
+use crate::report::summary::{Settings, Summary};
+use crate::run;
+use crate::stats::{self, Spread};
+use anyhow::Context;
+use clap::{Args, Parser, ValueEnum};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+pub mod figures;
+pub use figures::{figures, render_figures, Figures};
+
+/// `plbbench experiment`: the grid, the repeats and the flags passed through
+/// to every run (same defaults as `plbbench run`).
+#[derive(Debug, Args, Clone)]
+pub struct ExperimentArgs {
+    /// Strategies to compare, comma-separated [default: plb,rr-split,rr,lc].
+    #[arg(long, value_delimiter = ',', default_value = "plb,rr-split,rr,lc", hide_default_value = true, value_name = "LIST")]
+    pub strategies: Vec<String>,
+    /// Premium:Freemium mixes, comma-separated [default: 25:75,50:50,75:25].
+    #[arg(long, value_delimiter = ',', default_value = "25:75,50:50,75:25", hide_default_value = true)]
+    #[arg(value_name = "P:F,..", allow_hyphen_values = true)]
+    pub mixes: Vec<String>,
+    /// Fault presets (premium-fault, cascade, none) or schedule files, comma-separated [default: premium-fault,cascade].
+    #[arg(long, value_delimiter = ',', default_value = "premium-fault,cascade", hide_default_value = true, value_name = "LIST")]
+    pub faults: Vec<String>,
+    /// Repeats of every cell; repeat k uses seed --seed + k - 1 [default: 5].
+    #[arg(long, default_value_t = 5, hide_default_value = true, value_name = "N")]
+    pub repeat: u32,
+    /// Number of clients T [default: 1000].
+    #[arg(long = "T", visible_alias = "clients", default_value_t = 1000, hide_default_value = true, value_name = "N")]
+    pub clients: u32,
+    /// Number of replicas K [default: 5].
+    #[arg(long, default_value_t = 5, hide_default_value = true, value_name = "K")]
+    pub replicas: usize,
+    /// PLB reference role split P,M,F, sum K [default: 2,1,2].
+    #[arg(long, default_value = "2,1,2", hide_default_value = true, value_name = "P,M,F")]
+    pub reference: String,
+    /// rr-split partition sizes Premium:Freemium, sum K [default: 3:2].
+    #[arg(long, default_value = "3:2", hide_default_value = true, value_name = "R:F")]
+    pub split: String,
+    /// Workload file [default: workloads/analytics.toml, built in].
+    #[arg(long, value_name = "FILE")]
+    pub workload: Option<PathBuf>,
+    /// Cluster backend [default: local].
+    #[arg(long, value_enum, default_value = "local", hide_default_value = true)]
+    pub cluster: ClusterKind,
+    /// Base seed; repeat k uses seed + k - 1 [default: 1].
+    #[arg(long, default_value_t = 1, hide_default_value = true)]
+    pub seed: u64,
+    /// Multiplies every run's timeline (ramp, fault times, run length, baseline window) [default: 1].
+    #[arg(long, default_value_t = 1.0, hide_default_value = true, value_name = "X", allow_hyphen_values = true)]
+    pub time_scale: f64,
+    /// CPU budget per replica in cores (C) [default: 0.3].
+    #[arg(long, default_value_t = 0.3, hide_default_value = true, value_name = "C", allow_hyphen_values = true)]
+    pub cpus: f64,
+    /// How the router learns of faults [default: probe].
+    #[arg(long, value_enum, default_value = "probe", hide_default_value = true)]
+    pub detection: Detection,
+    /// Health probe interval in milliseconds [default: 1000].
+    #[arg(long, default_value_t = 1000, hide_default_value = true, value_name = "MS")]
+    pub probe_interval_ms: u64,
+    /// Experiment folder; an existing one is resumed [default: reports/<utc-timestamp>-experiment].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Also write queries.csv in every run folder [default: off].
+    #[arg(long)]
+    pub raw: bool,
+    /// No progress bar and no figure table [default: off].
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// One cell and repeat of the grid, validated into a plan.
+#[derive(Clone, Debug)]
+pub struct GridRun {
+    /// Fault preset or schedule file, as given.
+    pub fault: String,
+    /// Mix, normalised `P:F`.
+    pub mix: String,
+    /// Strategy.
+    pub strategy: Strategy,
+    /// Repeat number, from 1.
+    pub repeat: u32,
+    /// Folder name under `runs/`: `<fault>-<P>-<F>-<strategy>-r<k>`.
+    pub name: String,
+    /// The validated run (its `out` is the run folder).
+    pub plan: Plan,
+}
+
+/// One run of the experiment, as listed in experiment.json.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunEntry {
+    /// Folder relative to the experiment folder.
+    pub dir: String,
+    /// Fault preset or file.
+    pub fault: String,
+    /// Mix `P:F`.
+    pub mix: String,
+    /// Strategy.
+    pub strategy: String,
+    /// Repeat number, from 1.
+    pub repeat: u32,
+    /// Seed of the run.
+    pub seed: u64,
+    /// Wall-clock seconds the run took.
+    pub wall_s: f64,
+    /// True when the run was kept from an earlier, interrupted invocation.
+    pub reused: bool,
+}
+
+/// Median and quartiles of one (fault, mix, strategy, phase, class) across repeats.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CellRow {
+    /// Fault preset or file.
+    pub fault: String,
+    /// Mix `P:F`.
+    pub mix: String,
+    /// Strategy.
+    pub strategy: String,
+    /// Phase name (warm-up excluded).
+    pub phase: String,
+    /// Survivors K+ in the phase.
+    pub survivors: usize,
+    /// Class.
+    pub class: Class,
+    /// Runs of this cell.
+    pub runs: usize,
+    /// Goodput, queries/s.
+    pub goodput_qps: Spread,
+    /// Goodput relative to the class's baseline.
+    pub retention: Spread,
+    /// p95 latency, ms.
+    pub p95_ms: Spread,
+    /// p95 relative to the class's baseline.
+    pub inflation_p95: Spread,
+    /// Mean session lifetime, s.
+    pub lifetime_mean_s: Spread,
+    /// u_mean over available replicas.
+    pub cpu_mean: Spread,
+    /// CV of u over available replicas.
+    pub cpu_cv: Spread,
+}
+
+/// Decimal places of every median and quartile in experiment.json/csv
+/// (per-run figures carry 4; interpolated quartiles may need one or two more).
+pub const DECIMALS: i32 = 6;
+
+/// The figures aggregated in experiment.csv, in column order.
+pub const METRICS: [&str; 7] =
+    ["goodput_qps", "retention", "p95_ms", "inflation_p95", "lifetime_mean_s", "cpu_mean", "cpu_cv"];
+
+/// The per-run value of metric `name` (one of [`METRICS`]).
+fn metric(row: &PhaseRow, name: &str) -> Option<f64> {
+    match name {
+        "goodput_qps" => Some(row.goodput_qps),
+        "retention" => row.retention,
+        "p95_ms" => row.p95_ms,
+        "inflation_p95" => row.inflation_p95,
+        "lifetime_mean_s" => row.lifetime_mean_s,
+        "cpu_mean" => row.cpu_mean,
+        "cpu_cv" => row.cpu_cv,
+        _ => None,
+    }
+}
+
+impl CellRow {
+    /// The spread of metric `name` (one of [`METRICS`]).
+    pub fn spread(&self, name: &str) -> Spread {
+        match name {
+            "goodput_qps" => self.goodput_qps,
+            "retention" => self.retention,
+            "p95_ms" => self.p95_ms,
+            "inflation_p95" => self.inflation_p95,
+            "lifetime_mean_s" => self.lifetime_mean_s,
+            "cpu_mean" => self.cpu_mean,
+            "cpu_cv" => self.cpu_cv,
+            _ => Spread::default(),
+        }
+    }
+}
+
+/// The header of experiment.csv (a public contract: add at the end, never rename).
+pub fn csv_header() -> Vec<String> {
+    let mut h: Vec<String> =
+        ["fault", "mix", "strategy", "phase", "survivors", "class", "runs"].iter().map(|s| s.to_string()).collect();
+    for m in METRICS {
+        for s in ["median", "q1", "q3", "n"] {
+            h.push(format!("{m}_{s}"));
+        }
+    }
+    h
+}
+
+/// experiment.json.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExperimentFile {
+    /// plbbench version.
+    pub plbbench_version: String,
+    /// Quantile definition of every q1/median/q3.
+    pub quantiles: String,
+    /// Strategies, in grid order.
+    pub strategies: Vec<String>,
+    /// Mixes, in grid order.
+    pub mixes: Vec<String>,
+    /// Fault presets or files, in grid order.
+    pub faults: Vec<String>,
+    /// Repeats per cell.
+    pub repeat: u32,
+    /// The settings every run shares (those of the first run; strategy, mix, faults and seed vary).
+    pub settings: Settings,
+    /// Every run, in execution order.
+    pub runs: Vec<RunEntry>,
+    /// Medians and quartiles per fault, mix, strategy, phase and class.
+    pub cells: Vec<CellRow>,
+}
+
+/// Checks the grid flags and builds every run's plan, so that any bad input
+/// is refused before the first run starts.
+pub fn grid(args: &ExperimentArgs, root: &Path) -> Result<Vec<GridRun>, Error> {
+    let strategies = parse_strategies(&args.strategies)?;
+    let mixes = parse_mixes(&args.mixes)?;
+    let faults = parse_faults(&args.faults)?;
+    if args.repeat == 0 {
+        return Err(input("--repeat", "must be at least 1"));
+    }
+    if args.seed.checked_add(u64::from(args.repeat) - 1).is_none() {
+        return Err(input("--seed", format!("{} + {} repeats overflows", args.seed, args.repeat)));
+    }
+    let mut runs = Vec::new();
+    for repeat in 1..=args.repeat {
+        for (fault, label) in &faults {
+            for (mix, pct) in &mixes {
+                for &strategy in &strategies {
+                    let name = format!("{label}-{pct}-{}-{strategy}-r{repeat}", 100 - pct);
+                    let mut a = default_run_args();
+                    a.strategy = strategy;
+                    a.mix = mix.clone();
+                    a.faults = Some(fault.clone());
+                    a.seed = args.seed + u64::from(repeat - 1);
+                    a.out = Some(root.join("runs").join(&name));
+                    pass_through(args, &mut a);
+                    let plan = Plan::new(a)?;
+                    runs.push(GridRun { fault: fault.clone(), mix: mix.clone(), strategy, repeat, name, plan });
+                }
+            }
+        }
+    }
+    Ok(runs)
+}
+
+/// `plbbench run`'s defaults, from its own clap definition (so fields added
+/// to RunArgs later get their defaults here too).
+pub fn default_run_args() -> RunArgs {
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+    Wrap::try_parse_from(["plbbench"]).expect("run's flags all have defaults").run
+}
+
+fn pass_through(e: &ExperimentArgs, a: &mut RunArgs) {
+    a.clients = e.clients;
+    a.replicas = e.replicas;
+    a.reference = e.reference.clone();
+    a.split = e.split.clone();
+    a.workload = e.workload.clone();
+    a.cluster = e.cluster;
+    a.time_scale = e.time_scale;
+    a.cpus = e.cpus;
+    a.detection = e.detection;
+    a.probe_interval_ms = e.probe_interval_ms;
+    a.raw = e.raw;
+    a.force = true; // only incomplete runs are executed; they replace their leftovers
+    a.quiet = true; // the experiment's own bar replaces each run's
+}
+
+fn parse_strategies(list: &[String]) -> Result<Vec<Strategy>, Error> {
+    let names: Vec<&str> = Strategy::ALL.iter().map(|s| s.name()).collect();
+    let mut out = Vec::new();
+    for s in list {
+        let st = Strategy::from_str(s.trim(), true)
+            .map_err(|_| input("--strategies", format!("unknown strategy `{s}` (expected {})", names.join(", "))))?;
+        if out.contains(&st) {
+            return Err(input("--strategies", format!("`{s}` is listed twice")));
+        }
+        out.push(st);
+    }
+    if out.is_empty() {
+        return Err(input("--strategies", "name at least one strategy"));
+    }
+    Ok(out)
+}
+
+/// Normalised mixes with their Premium percentage.
+fn parse_mixes(list: &[String]) -> Result<Vec<(String, u32)>, Error> {
+    let mut out: Vec<(String, u32)> = Vec::new();
+    for m in list {
+        let p = plan::parse_mix(m).map_err(|e| match e {
+            Error::Input(msg) => Error::Input(msg.replacen("--mix:", "--mixes:", 1)),
+            other => other,
+        })?;
+        if out.iter().any(|(_, q)| *q == p) {
+            return Err(input("--mixes", format!("`{m}` is listed twice")));
+        }
+        out.push((format!("{p}:{}", 100 - p), p));
+    }
+    if out.is_empty() {
+        return Err(input("--mixes", "name at least one mix"));
+    }
+    Ok(out)
+}
+
+/// Fault presets or files with the label used in folder names.
+fn parse_faults(list: &[String]) -> Result<Vec<(String, String)>, Error> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for f in list {
+        let f = f.trim();
+        let label = if faults::preset(f).is_some() {
+            f.to_string()
+        } else if Path::new(f).is_file() {
+            let stem = Path::new(f).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            stem.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
+        } else {
+            return Err(input(
+                "--faults",
+                format!("unknown fault preset `{f}` (expected {}, or a schedule file)", faults::PRESETS.join(", ")),
+            ));
+        };
+        if out.iter().any(|(_, l)| *l == label) {
+            return Err(input("--faults", format!("`{f}` is listed twice (or two files share the name `{label}`)")));
+        }
+        out.push((f.to_string(), label));
+    }
+    if out.is_empty() {
+        return Err(input("--faults", "name at least one fault preset"));
+    }
+    Ok(out)
+}
+
+/// What is on disk for one run of the grid.
+#[derive(Debug)]
+pub enum RunState {
+    /// A complete run with the expected settings: kept.
+    Done(Box<Summary>),
+    /// No folder yet.
+    Missing,
+    /// A folder that must be rerun, and why.
+    Incomplete(String),
+}
+
+/// Inspects a run folder. A complete run whose settings differ from the
+/// plan's is refused (`--out` holds another experiment).
+pub fn run_state(run: &GridRun) -> Result<RunState, Error> {
+    let dir = &run.plan.out;
+    if !dir.exists() {
+        return Ok(RunState::Missing);
+    }
+    let text = match std::fs::read_to_string(dir.join("summary.json")) {
+        Ok(t) => t,
+        Err(e) => return Ok(RunState::Incomplete(format!("no readable summary.json ({e})"))),
+    };
+    let summary: Summary = match serde_json::from_str(&text) {
+        Ok(s) => s,
+        Err(e) => return Ok(RunState::Incomplete(format!("summary.json does not parse ({e})"))),
+    };
+    if summary.partial {
+        return Ok(RunState::Incomplete("the run was interrupted (partial)".into()));
+    }
+    let expected = run::settings(&run.plan);
+    let differ = settings_diff(&summary.settings, &expected);
+    if !differ.is_empty() {
+        return Err(input(
+            "--out",
+            format!("{} holds a run with other settings ({}); use another --out or delete it", dir.display(), differ.join(", ")),
+        ));
+    }
+    Ok(RunState::Done(Box::new(summary)))
+}
+
+/// Names of the settings that differ, as `field: kept vs wanted`.
+fn settings_diff(kept: &Settings, wanted: &Settings) -> Vec<String> {
+    let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) =
+        (serde_json::to_value(kept), serde_json::to_value(wanted))
+    else {
+        return vec!["settings".into()];
+    };
+    let null = serde_json::Value::Null;
+    b.iter().filter(|(k, v)| a.get(*k) != Some(*v)).map(|(k, v)| format!("{k}: {} vs {v}", a.get(k).unwrap_or(&null))).collect()
+}
+
+/// `plbbench experiment`: validates the grid, runs what is missing, and
+/// writes experiment.json, experiment.csv and figures.json.
+pub fn experiment(args: ExperimentArgs) -> Result<(), Error> {
+    let root = args.out.clone().unwrap_or_else(|| {
+        PathBuf::from("reports").join(format!("{}-experiment", chrono::Utc::now().format("%Y%m%dT%H%M%SZ")))
+    });
+    if root.exists() && !root.is_dir() {
+        return Err(input("--out", format!("{} exists and is not a folder", root.display())));
+    }
+    let grid = grid(&args, &root)?;
+    let mut states = Vec::with_capacity(grid.len());
+    for run in &grid {
+        states.push(run_state(run)?);
+    }
+    let runs_dir = root.join("runs");
+    std::fs::create_dir_all(&runs_dir).with_context(|| format!("cannot create {}", runs_dir.display()))?;
+    clean_stale_temps(&runs_dir);
+    clean_stale_temps(&root);
+    let pending = states.iter().filter(|s| !matches!(s, RunState::Done(_))).count();
+    eprintln!(
+        "plbbench: experiment {}: {} runs, {} to do ({} kept); rerun with --out {} to resume after an interruption",
+        root.display(),
+        grid.len(),
+        pending,
+        grid.len() - pending,
+        root.display()
+    );
+    let summaries = execute_pending(&grid, states, pending, args.quiet)?;
+    let file = experiment_file(&args, &grid, &summaries);
+    let figures = figures(&summaries.iter().map(|(s, _)| s.clone()).collect::<Vec<_>>());
+    write_atomic(&root.join("experiment.json"), &(serde_json::to_string_pretty(&file).context("experiment.json")? + "\n"))?;
+    write_atomic(&root.join("experiment.csv"), &experiment_csv(&file.cells).context("experiment.csv")?)?;
+    write_atomic(&root.join("figures.json"), &(serde_json::to_string_pretty(&figures).context("figures.json")? + "\n"))?;
+    eprintln!("wrote {}", root.display());
+    if !args.quiet {
+        print!("{}", render_figures(&figures));
+    }
+    Ok(())
+}
+
+/// Runs every run that is not done, in grid order, under one progress bar;
+/// returns every run's summary (kept or new) with whether it was kept.
+fn execute_pending(grid: &[GridRun], states: Vec<RunState>, pending: usize, quiet: bool) -> Result<Vec<(Summary, bool)>, Error> {
+    let bar = progress_bar(!quiet, pending as u64);
+    let mut out = Vec::with_capacity(grid.len());
+    for (run, state) in grid.iter().zip(states) {
+        match state {
+            RunState::Done(s) => {
+                out.push((*s, true));
+                continue;
+            }
+            RunState::Incomplete(why) => note(&bar, &format!("plbbench: rerunning {}: {why}", run.name)),
+            RunState::Missing => {}
+        }
+        bar.set_message(run.name.clone());
+        let result = run::execute(&run.plan).map_err(|e| match e {
+            Error::Run(e) => Error::Run(e.context(format!("run {} failed; rerun the same command to resume", run.name))),
+            other => other,
+        });
+        let result = result?;
+        if result.summary.partial {
+            bar.abandon();
+            return Err(Error::Run(anyhow::anyhow!(
+                "run {} was interrupted; rerun the same command to resume the experiment",
+                run.name
+            )));
+        }
+        out.push((result.summary, false));
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(out)
+}
+
+/// A line on stderr above the bar (indicatif drops `println` on a hidden bar).
+fn note(bar: &indicatif::ProgressBar, line: &str) {
+    if bar.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        bar.println(line);
+    }
+}
+
+fn progress_bar(show: bool, len: u64) -> indicatif::ProgressBar {
+    if !show || len == 0 {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{elapsed_precise} [{wide_bar}] {pos}/{len} runs  eta {eta}  {msg}")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// Removes temporary run folders and files (`.<name>.tmp-<pid>`) left by a
+/// killed process; those of a process that still runs are left alone.
+fn clean_stale_temps(runs_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(runs_dir) else { return };
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix('.').and_then(|n| n.rsplit_once(".tmp-")).map(|(_, p)| p.to_string()) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(&pid).exists() {
+            let _ = std::fs::remove_dir_all(e.path()).or_else(|_| std::fs::remove_file(e.path()));
+        }
+    }
+}
+
+/// Writes `text` to `path` through a temporary sibling and a rename.
+pub fn write_atomic(path: &Path, text: &str) -> Result<(), Error> {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
+    std::fs::write(&tmp, text)
+        .and_then(|_| std::fs::rename(&tmp, path))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            Error::Run(anyhow::anyhow!("cannot write {}: {e}", path.display()))
+        })
+}
+
+fn experiment_file(args: &ExperimentArgs, grid: &[GridRun], summaries: &[(Summary, bool)]) -> ExperimentFile {
+    let uniq = |f: &dyn Fn(&GridRun) -> String| {
+        let mut v: Vec<String> = Vec::new();
+        for r in grid {
+            let x = f(r);
+            if !v.contains(&x) {
+                v.push(x);
+            }
+        }
+        v
+    };
+    let runs = grid
+        .iter()
+        .zip(summaries)
+        .map(|(r, (s, reused))| RunEntry {
+            dir: format!("runs/{}", r.name),
+            fault: r.fault.clone(),
+            mix: r.mix.clone(),
+            strategy: r.strategy.to_string(),
+            repeat: r.repeat,
+            seed: s.settings.seed,
+            wall_s: s.wall_s,
+            reused: *reused,
+        })
+        .collect();
+    let all: Vec<Summary> = summaries.iter().map(|(s, _)| s.clone()).collect();
+    ExperimentFile {
+        plbbench_version: env!("CARGO_PKG_VERSION").into(),
+        quantiles: stats::QUANTILE_DEFINITION.into(),
+        strategies: uniq(&|r| r.strategy.to_string()),
+        mixes: uniq(&|r| r.mix.clone()),
+        faults: uniq(&|r| r.fault.clone()),
+        repeat: args.repeat,
+        settings: all.first().map(|s| s.settings.clone()).unwrap_or_else(|| run::settings(&grid[0].plan)),
+        runs,
+        cells: aggregate(&all),
+    }
+}
+
+/// Medians and quartiles across repeats per (fault, mix, strategy, phase,
+/// class), in order of first appearance; the warm-up is left out. Pure.
+pub fn aggregate(summaries: &[Summary]) -> Vec<CellRow> {
+    let mut keys: Vec<(String, String, String)> = Vec::new();
+    for s in summaries {
+        let k = (s.settings.faults.clone(), s.settings.mix.clone(), s.settings.strategy.clone());
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let mut rows = Vec::new();
+    for (fault, mix, strategy) in keys {
+        let group: Vec<&Summary> = summaries
+            .iter()
+            .filter(|s| s.settings.faults == fault && s.settings.mix == mix && s.settings.strategy == strategy)
+            .collect();
+        let mut phases: Vec<(String, usize)> = Vec::new();
+        for r in group.iter().flat_map(|s| &s.phases).filter(|r| r.phase != WARMUP) {
+            if !phases.iter().any(|(p, _)| *p == r.phase) {
+                phases.push((r.phase.clone(), r.survivors));
+            }
+        }
+        for (phase, survivors) in phases {
+            for class in Class::ALL {
+                let vals = |m: &str| {
+                    Spread::of_options(group.iter().map(|s| s.phase(&phase, class).and_then(|r| metric(r, m))))
+                        .rounded(DECIMALS)
+                };
+                rows.push(CellRow {
+                    fault: fault.clone(),
+                    mix: mix.clone(),
+                    strategy: strategy.clone(),
+                    phase: phase.clone(),
+                    survivors,
+                    class,
+                    runs: group.len(),
+                    goodput_qps: vals("goodput_qps"),
+                    retention: vals("retention"),
+                    p95_ms: vals("p95_ms"),
+                    inflation_p95: vals("inflation_p95"),
+                    lifetime_mean_s: vals("lifetime_mean_s"),
+                    cpu_mean: vals("cpu_mean"),
+                    cpu_cv: vals("cpu_cv"),
+                });
+            }
+        }
+    }
+    rows
+}
+
+/// experiment.csv: [`csv_header`] then one row per [`CellRow`]; a missing
+/// value is an empty field, numbers at full precision.
+pub fn experiment_csv(rows: &[CellRow]) -> anyhow::Result<String> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(csv_header())?;
+    let opt = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
+    for r in rows {
+        let mut rec = vec![
+            r.fault.clone(),
+            r.mix.clone(),
+            r.strategy.clone(),
+            r.phase.clone(),
+            r.survivors.to_string(),
+            r.class.to_string(),
+            r.runs.to_string(),
+        ];
+        for m in METRICS {
+            let s = r.spread(m);
+            rec.extend([opt(s.median), opt(s.q1), opt(s.q3), s.n.to_string()]);
+        }
+        w.write_record(&rec)?;
+    }
+    Ok(String::from_utf8(w.into_inner()?)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> ExperimentArgs {
+        #[derive(Parser)]
+        struct W {
+            #[command(flatten)]
+            e: ExperimentArgs,
+        }
+        let argv = std::iter::once("plbbench").chain(args.iter().copied());
+        W::try_parse_from(argv).expect("valid flags").e
+    }
+
+    #[test]
+    fn pass_through_defaults_match_plbbench_run() {
+        let e = parse(&[]);
+        let run = default_run_args();
+        let mut a = run.clone();
+        pass_through(&e, &mut a);
+        assert_eq!((a.clients, a.replicas, &a.reference, &a.split), (run.clients, run.replicas, &run.reference, &run.split));
+        assert_eq!((&a.workload, a.cluster, a.detection), (&run.workload, run.cluster, run.detection));
+        assert_eq!(a.probe_interval_ms, run.probe_interval_ms);
+        assert_eq!((a.time_scale, a.cpus, a.raw, e.seed), (run.time_scale, run.cpus, run.raw, run.seed));
+        assert_eq!(e.strategies, ["plb", "rr-split", "rr", "lc"]);
+        assert_eq!(e.mixes, ["25:75", "50:50", "75:25"]);
+        assert_eq!(e.faults, ["premium-fault", "cascade"]);
+        assert_eq!(e.repeat, 5);
+    }
+
+    #[test]
+    fn grid_order_names_and_seeds() {
+        let e = parse(&["--strategies", "plb,rr", "--mixes", "25:75,50:50", "--faults", "cascade", "--repeat", "2", "--seed", "7"]);
+        let g = grid(&e, Path::new("/nonexistent/exp")).unwrap();
+        let names: Vec<(&str, u64)> = g.iter().map(|r| (r.name.as_str(), r.plan.args.seed)).collect();
+        assert_eq!(
+            names,
+            [
+                ("cascade-25-75-plb-r1", 7),
+                ("cascade-25-75-rr-r1", 7),
+                ("cascade-50-50-plb-r1", 7),
+                ("cascade-50-50-rr-r1", 7),
+                ("cascade-25-75-plb-r2", 8),
+                ("cascade-25-75-rr-r2", 8),
+                ("cascade-50-50-plb-r2", 8),
+                ("cascade-50-50-rr-r2", 8),
+            ]
+        );
+        assert_eq!(g[0].plan.out, Path::new("/nonexistent/exp/runs/cascade-25-75-plb-r1"));
+        assert!(g.iter().all(|r| r.plan.args.quiet && r.plan.args.force));
+    }
+
+    #[test]
+    fn bad_grid_names_the_flag() {
+        let cases: [(&[&str], &str); 9] = [
+            (&["--strategies", "plb,fastest"], "--strategies: unknown strategy `fastest`"),
+            (&["--strategies", "plb,plb"], "--strategies: `plb` is listed twice"),
+            (&["--mixes", "25:75,60:60"], "--mixes: `60:60` sums to 120"),
+            (&["--mixes", "25:75,25:75"], "--mixes: `25:75` is listed twice"),
+            (&["--faults", "cascade,meteor"], "--faults: unknown fault preset `meteor`"),
+            (&["--repeat", "0"], "--repeat: must be at least 1"),
+            (&["--T", "0"], "--T:"),
+            (&["--reference", "1,1,1"], "--reference:"),
+            (&["--cluster", "docker"], "--cluster:"),
+        ];
+        for (args, want) in cases {
+            match grid(&parse(args), Path::new("/nonexistent/exp")) {
+                Err(Error::Input(msg)) => assert!(msg.starts_with(want), "{args:?}: {msg}"),
+                other => panic!("{args:?}: expected an input error, got {:?}", other.map(|g| g.len())),
+            }
+        }
+    }
+
+    #[test]
+    fn csv_header_is_the_contract() {
+        let h = csv_header().join(",");
+        assert!(h.starts_with("fault,mix,strategy,phase,survivors,class,runs,goodput_qps_median,goodput_qps_q1"));
+        assert!(h.contains(",goodput_qps_q3,goodput_qps_n,retention_median,"));
+        assert!(h.ends_with("cpu_cv_median,cpu_cv_q1,cpu_cv_q3,cpu_cv_n"));
+        assert_eq!(csv_header().len(), 7 + 4 * METRICS.len());
+    }
+}

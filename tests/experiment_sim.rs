@@ -1,0 +1,197 @@
+//! `plbbench experiment` on the simulator, through the real binary: one run
+//! folder per cell and repeat, experiment.csv medians that agree with the
+//! runs' own phases.csv, resumption that recomputes only what is missing,
+//! and one-line errors with exit status 2 for a bad grid.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::SystemTime;
+
+fn plbbench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_plbbench")).args(args).output().expect("run plbbench")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("plbbench-exp-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// 2 strategies x 1 mix x 1 fault x 3 repeats, small and time-scaled.
+fn small_grid(out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "experiment", "--cluster", "sim", "--strategies", "plb,rr", "--mixes", "25:75", "--faults", "cascade",
+        "--repeat", "3", "--T", "200", "--time-scale", "0.2", "--out", out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let o = plbbench(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    o
+}
+
+const RUNS: [&str; 6] = [
+    "cascade-25-75-plb-r1",
+    "cascade-25-75-rr-r1",
+    "cascade-25-75-plb-r2",
+    "cascade-25-75-rr-r2",
+    "cascade-25-75-plb-r3",
+    "cascade-25-75-rr-r3",
+];
+
+const METRICS: [&str; 7] = ["goodput_qps", "retention", "p95_ms", "inflation_p95", "lifetime_mean_s", "cpu_mean", "cpu_cv"];
+
+/// A CSV file as header-keyed rows.
+fn read_csv(path: &Path) -> Vec<BTreeMap<String, String>> {
+    let mut r = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let header = r.headers().unwrap().clone();
+    r.records().map(|rec| header.iter().zip(rec.unwrap().iter()).map(|(h, v)| (h.into(), v.into())).collect()).collect()
+}
+
+/// Type 7 quartiles of exactly three values, by hand: q1 = x0 + (x1 - x0) / 2.
+fn quartiles3(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    (v[0] + (v[1] - v[0]) / 2.0, v[1], v[1] + (v[2] - v[1]) / 2.0)
+}
+
+fn close(field: &str, got: &str, want: f64) {
+    let got: f64 = got.parse().unwrap_or_else(|_| panic!("{field}: `{got}` is not a number"));
+    assert!((got - want).abs() < 1e-6, "{field}: {got} != {want}");
+}
+
+fn mtimes(root: &Path) -> BTreeMap<String, SystemTime> {
+    RUNS.iter()
+        .map(|r| (r.to_string(), std::fs::metadata(root.join("runs").join(r).join("summary.json")).unwrap().modified().unwrap()))
+        .collect()
+}
+
+#[test]
+fn grid_writes_runs_and_medians_of_their_phases() {
+    let root = tmp("grid");
+    small_grid(&root, &[]);
+    let entries = std::fs::read_dir(root.join("runs")).unwrap();
+    let mut found: Vec<String> = entries.map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+    found.sort();
+    let mut want: Vec<String> = RUNS.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    assert_eq!(found, want, "one folder per cell and repeat");
+    for f in ["experiment.json", "experiment.csv", "figures.json"] {
+        assert!(root.join(f).is_file(), "missing {f}");
+    }
+    for (run, seed) in RUNS.iter().zip([1, 1, 2, 2, 3, 3]) {
+        let text = std::fs::read(root.join("runs").join(run).join("summary.json")).unwrap();
+        let s: serde_json::Value = serde_json::from_slice(&text).unwrap();
+        assert_eq!(s["settings"]["seed"], seed, "{run}: repeat k uses seed base + k - 1, shared by strategies");
+    }
+    let text = std::fs::read_to_string(root.join("experiment.csv")).unwrap();
+    let mut header = ["fault", "mix", "strategy", "phase", "survivors", "class", "runs"].join(",");
+    for m in METRICS {
+        header += &format!(",{m}_median,{m}_q1,{m}_q3,{m}_n");
+    }
+    assert_eq!(text.lines().next().unwrap(), header);
+    let rows = read_csv(&root.join("experiment.csv"));
+    assert_eq!(rows.len(), 2 * 5 * 2, "strategies x phases (warm-up left out) x classes");
+    for row in &rows {
+        check_row(&root, row);
+    }
+    let figures: serde_json::Value = serde_json::from_slice(&std::fs::read(root.join("figures.json")).unwrap()).unwrap();
+    assert_eq!(figures["rq2"][0]["mix"], "25:75");
+    assert_eq!(figures["rq2"][0]["plb_seeds"], serde_json::json!([1, 2, 3]));
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+/// Recomputes one experiment.csv row from the three runs' phases.csv.
+fn check_row(root: &Path, row: &BTreeMap<String, String>) {
+    let (strategy, phase, class) = (&row["strategy"], &row["phase"], &row["class"]);
+    assert_eq!((row["fault"].as_str(), row["mix"].as_str(), row["runs"].as_str()), ("cascade", "25:75", "3"));
+    let runs: Vec<Vec<BTreeMap<String, String>>> = (1..=3)
+        .map(|k| read_csv(&root.join("runs").join(format!("cascade-25-75-{strategy}-r{k}")).join("phases.csv")))
+        .collect();
+    for m in METRICS {
+        let values: Vec<f64> = runs
+            .iter()
+            .map(|rows| rows.iter().find(|r| &r["phase"] == phase && &r["class"] == class).expect("phase row"))
+            .filter(|r| !r[m].is_empty())
+            .map(|r| r[m].parse().unwrap())
+            .collect();
+        let at = format!("{strategy}/{phase}/{class}/{m}");
+        assert_eq!(row[&format!("{m}_n")], values.len().to_string(), "{at}");
+        if values.len() == 3 {
+            let (q1, median, q3) = quartiles3(values);
+            close(&format!("{at} median"), &row[&format!("{m}_median")], median);
+            close(&format!("{at} q1"), &row[&format!("{m}_q1")], q1);
+            close(&format!("{at} q3"), &row[&format!("{m}_q3")], q3);
+        }
+    }
+}
+
+#[test]
+fn rerun_recomputes_only_missing_or_partial_runs() {
+    let root = tmp("resume");
+    small_grid(&root, &[]);
+    let csv_before = std::fs::read(root.join("experiment.csv")).unwrap();
+    let before = mtimes(&root);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::remove_dir_all(root.join("runs").join(RUNS[3])).unwrap();
+    let again = small_grid(&root, &[]);
+    assert!(String::from_utf8_lossy(&again.stderr).contains("6 runs, 1 to do (5 kept)"), "{}", String::from_utf8_lossy(&again.stderr));
+    let after = mtimes(&root);
+    for run in RUNS {
+        if run == RUNS[3] {
+            assert_ne!(before[run], after[run], "{run} was recomputed");
+        } else {
+            assert_eq!(before[run], after[run], "{run} was kept");
+        }
+    }
+    assert_eq!(std::fs::read(root.join("experiment.csv")).unwrap(), csv_before, "same seeds, same experiment.csv");
+
+    // A run whose summary says partial is rerun, and only it.
+    let path = root.join("runs").join(RUNS[0]).join("summary.json");
+    let text = std::fs::read_to_string(&path).unwrap().replacen("\"partial\": false", "\"partial\": true", 1);
+    std::fs::write(&path, text).unwrap();
+    let before = mtimes(&root);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let again = small_grid(&root, &[]);
+    assert!(String::from_utf8_lossy(&again.stderr).contains("rerunning cascade-25-75-plb-r1"));
+    let after = mtimes(&root);
+    for run in RUNS {
+        assert_eq!(before[run] != after[run], run == RUNS[0], "{run}");
+    }
+    assert_eq!(std::fs::read(root.join("experiment.csv")).unwrap(), csv_before);
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+#[test]
+fn resuming_with_other_settings_is_refused() {
+    let root = tmp("mismatch");
+    small_grid(&root, &[]);
+    let mut args = vec!["experiment", "--cluster", "sim", "--strategies", "plb,rr", "--mixes", "25:75", "--faults", "cascade"];
+    args.extend(["--repeat", "3", "--T", "300", "--time-scale", "0.2", "--out", root.to_str().unwrap()]);
+    let o = plbbench(&args);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--out:") && err.contains("clients"), "{err}");
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+#[test]
+fn bad_grid_exits_2_naming_the_flag_before_any_run() {
+    let cases: [(&[&str], &str); 5] = [
+        (&["--strategies", "plb,fastest"], "--strategies"),
+        (&["--mixes", "25:75,50:60"], "--mixes"),
+        (&["--repeat", "0"], "--repeat"),
+        (&["--faults", "premium-fault,meteor"], "--faults"),
+        (&["--T", "0"], "--T"),
+    ];
+    for (extra, flag) in cases {
+        let root = tmp("bad");
+        let mut args = vec!["experiment", "--cluster", "sim", "--time-scale", "0.1", "--out", root.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let o = plbbench(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{extra:?}: one line: {err}");
+        assert!(err.contains(flag), "{extra:?} should name {flag}: {err}");
+        assert!(!root.exists(), "{extra:?}: nothing written before the grid is valid");
+    }
+}
