@@ -17,13 +17,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 fn clients(plan: &Plan) -> Vec<schedule::Client> {
-    schedule::clients(plan.args.clients, plan.premium_pct, plan.ramp_s, plan.args.seed)
+    schedule::clients(plan.args.common.clients, plan.premium_pct, plan.ramp_s, plan.args.common.seed)
 }
 
 fn probe_interval(plan: &Plan) -> Option<Duration> {
-    match plan.args.detection {
+    match plan.args.common.detection {
         Detection::Oracle => None,
-        Detection::Probe => Some(Duration::from_millis(plan.args.probe_interval_ms)),
+        Detection::Probe => Some(Duration::from_millis(plan.args.common.probe_interval_ms)),
     }
 }
 
@@ -35,7 +35,7 @@ pub fn run_sim(plan: &Plan, mut collector: Collector) -> (Collector, BackendOutc
             clients: clients(plan),
             router: Router::new(plan.router.clone()),
             faults: &plan.faults,
-            cpus: plan.args.cpus,
+            cpus: plan.args.common.cpus,
             duration_s: plan.duration_s,
             probe_interval_s: probe_interval(plan).map_or(0.0, |d| d.as_secs_f64()),
         },
@@ -47,7 +47,7 @@ pub fn run_sim(plan: &Plan, mut collector: Collector) -> (Collector, BackendOutc
 /// Uses the cluster that `plbbench cluster up` left running, if it has K
 /// replicas; otherwise starts one for this run alone (removed at the end).
 fn local_cluster(plan: &Plan) -> Result<LocalCluster, Error> {
-    let k = plan.args.replicas;
+    let k = plan.args.common.replicas;
     if let Some(c) = LocalCluster::load(&default_state_dir()).map_err(|e| Error::Run(e.into()))? {
         if c.replicas() != k {
             return Err(Error::Input(format!(
@@ -62,7 +62,7 @@ fn local_cluster(plan: &Plan) -> Result<LocalCluster, Error> {
     let state_dir = default_state_dir().with_file_name("run");
     let opts = LocalOptions {
         replicas: k,
-        cpus: plan.args.cpus,
+        cpus: plan.args.common.cpus,
         state_dir,
         scale: plan.workload.dataset.scale,
         seed: plan.workload.dataset.seed,
@@ -89,7 +89,7 @@ pub fn run_local(plan: &Plan, collector: Collector) -> Result<(Collector, Backen
         faults: plan.faults.clone(),
         duration_s: plan.duration_s,
         probe_interval: probe_interval(plan),
-        progress: !plan.args.quiet,
+        progress: !plan.args.common.quiet,
     };
     let (collector, out) = runtime.block_on(driver::run(input, cluster.clone(), collector));
     drop(runtime);
@@ -111,7 +111,7 @@ pub fn run_local(plan: &Plan, collector: Collector) -> Result<(Collector, Backen
 /// Leaves a shared cluster as the run found it: every replica the schedule
 /// left down or paused is started or resumed.
 fn heal(cluster: &mut LocalCluster, plan: &Plan) {
-    for r in 0..plan.args.replicas {
+    for r in 0..plan.args.common.replicas {
         let last = plan.faults.iter().filter(|e| e.replica == r).last().map(|e| e.action);
         let result = match last {
             Some(crate::core::model::Action::Down) => cluster.restart(r),

@@ -85,6 +85,23 @@ pub struct RunArgs {
     /// Premium:Freemium client mix in percent, summing to 100.
     #[arg(long, default_value = "25:75", value_name = "P:F", allow_hyphen_values = true)]
     pub mix: String,
+    /// Fault preset (premium-fault, cascade, none) or a fault schedule file [default: the workload's, premium-fault].
+    #[arg(long, value_name = "PRESET|FILE")]
+    pub faults: Option<String>,
+    /// Run folder [default: reports/<utc-timestamp>-<strategy>-<mix>-<cluster>].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Overwrite an existing run folder.
+    #[arg(long)]
+    pub force: bool,
+    /// Settings shared with `plbbench experiment`.
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+/// Settings shared by `run` and `experiment`.
+#[derive(Debug, Args, Clone)]
+pub struct CommonArgs {
     /// Number of clients T.
     #[arg(long = "T", visible_alias = "clients", default_value_t = 1000, value_name = "N")]
     pub clients: u32,
@@ -97,16 +114,13 @@ pub struct RunArgs {
     /// rr-split partition sizes Premium:Freemium (sum K).
     #[arg(long, default_value = "3:2", value_name = "R:F")]
     pub split: String,
-    /// Fault preset (premium-fault, cascade, none) or a fault schedule file [default: the workload's, premium-fault].
-    #[arg(long, value_name = "PRESET|FILE")]
-    pub faults: Option<String>,
     /// Workload file [default: workloads/analytics.toml, built in].
     #[arg(long, value_name = "FILE")]
     pub workload: Option<PathBuf>,
     /// Cluster backend.
     #[arg(long, value_enum, default_value = "local")]
     pub cluster: ClusterKind,
-    /// Seed of the client schedule.
+    /// Seed of the client schedule (an experiment's repeat k uses seed + k - 1).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Multiplies the timeline (ramp, fault times, run length, baseline window); 0.1 runs ten times faster.
@@ -121,12 +135,12 @@ pub struct RunArgs {
     /// Health probe interval in milliseconds.
     #[arg(long, default_value_t = 1000, value_name = "MS")]
     pub probe_interval_ms: u64,
-    /// Run folder [default: reports/<utc-timestamp>-<strategy>-<mix>].
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
-    /// Overwrite an existing run folder.
+    /// PLB admission threshold theta in sessions per replica [default: the workload's, 10].
+    #[arg(long, value_name = "N")]
+    pub theta: Option<u32>,
+    /// PLB ablation: Mixed admits only below theta too [default: the workload's, off].
     #[arg(long)]
-    pub force: bool,
+    pub mixed_bounded: bool,
     /// Also write queries.csv, one row per query.
     #[arg(long)]
     pub raw: bool,

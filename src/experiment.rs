@@ -12,7 +12,7 @@
 //! Resumption: a run folder with a complete `summary.json` (not `partial`)
 //! and the same settings is kept; anything else in the grid is (re)run.
 
-use crate::cli::{ClusterKind, Detection, RunArgs};
+use crate::cli::{CommonArgs, RunArgs};
 use crate::core::faults;
 use crate::core::metrics::PhaseRow;
 use crate::core::model::Class;
@@ -48,48 +48,12 @@ pub struct ExperimentArgs {
     /// Repeats of every cell; repeat k uses seed --seed + k - 1 [default: 5].
     #[arg(long, default_value_t = 5, hide_default_value = true, value_name = "N")]
     pub repeat: u32,
-    /// Number of clients T [default: 1000].
-    #[arg(long = "T", visible_alias = "clients", default_value_t = 1000, hide_default_value = true, value_name = "N")]
-    pub clients: u32,
-    /// Number of replicas K [default: 5].
-    #[arg(long, default_value_t = 5, hide_default_value = true, value_name = "K")]
-    pub replicas: usize,
-    /// PLB reference role split P,M,F, sum K [default: 2,1,2].
-    #[arg(long, default_value = "2,1,2", hide_default_value = true, value_name = "P,M,F")]
-    pub reference: String,
-    /// rr-split partition sizes Premium:Freemium, sum K [default: 3:2].
-    #[arg(long, default_value = "3:2", hide_default_value = true, value_name = "R:F")]
-    pub split: String,
-    /// Workload file [default: workloads/analytics.toml, built in].
-    #[arg(long, value_name = "FILE")]
-    pub workload: Option<PathBuf>,
-    /// Cluster backend [default: local].
-    #[arg(long, value_enum, default_value = "local", hide_default_value = true)]
-    pub cluster: ClusterKind,
-    /// Base seed; repeat k uses seed + k - 1 [default: 1].
-    #[arg(long, default_value_t = 1, hide_default_value = true)]
-    pub seed: u64,
-    /// Multiplies every run's timeline (ramp, fault times, run length, baseline window) [default: 1].
-    #[arg(long, default_value_t = 1.0, hide_default_value = true, value_name = "X", allow_hyphen_values = true)]
-    pub time_scale: f64,
-    /// CPU budget per replica in cores (C) [default: 0.3].
-    #[arg(long, default_value_t = 0.3, hide_default_value = true, value_name = "C", allow_hyphen_values = true)]
-    pub cpus: f64,
-    /// How the router learns of faults [default: probe].
-    #[arg(long, value_enum, default_value = "probe", hide_default_value = true)]
-    pub detection: Detection,
-    /// Health probe interval in milliseconds [default: 1000].
-    #[arg(long, default_value_t = 1000, hide_default_value = true, value_name = "MS")]
-    pub probe_interval_ms: u64,
     /// Experiment folder; an existing one is resumed [default: reports/<utc-timestamp>-experiment].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Also write queries.csv in every run folder [default: off].
-    #[arg(long)]
-    pub raw: bool,
-    /// No progress bar and no figure table [default: off].
-    #[arg(long, short)]
-    pub quiet: bool,
+    /// Settings passed to every run, with `plbbench run`'s defaults.
+    #[command(flatten)]
+    pub common: CommonArgs,
 }
 
 /// One cell and repeat of the grid, validated into a plan.
@@ -245,8 +209,8 @@ pub fn grid(args: &ExperimentArgs, root: &Path) -> Result<Vec<GridRun>, Error> {
     if args.repeat == 0 {
         return Err(input("--repeat", "must be at least 1"));
     }
-    if args.seed.checked_add(u64::from(args.repeat) - 1).is_none() {
-        return Err(input("--seed", format!("{} + {} repeats overflows", args.seed, args.repeat)));
+    if args.common.seed.checked_add(u64::from(args.repeat) - 1).is_none() {
+        return Err(input("--seed", format!("{} + {} repeats overflows", args.common.seed, args.repeat)));
     }
     let mut runs = Vec::new();
     for repeat in 1..=args.repeat {
@@ -255,12 +219,12 @@ pub fn grid(args: &ExperimentArgs, root: &Path) -> Result<Vec<GridRun>, Error> {
                 for &strategy in &strategies {
                     let name = format!("{label}-{pct}-{}-{strategy}-r{repeat}", 100 - pct);
                     let mut a = default_run_args();
+                    pass_through(args, &mut a);
                     a.strategy = strategy;
                     a.mix = mix.clone();
                     a.faults = Some(fault.clone());
-                    a.seed = args.seed + u64::from(repeat - 1);
+                    a.common.seed = args.common.seed + u64::from(repeat - 1);
                     a.out = Some(root.join("runs").join(&name));
-                    pass_through(args, &mut a);
                     let plan = Plan::new(a)?;
                     runs.push(GridRun { fault: fault.clone(), mix: mix.clone(), strategy, repeat, name, plan });
                 }
@@ -282,19 +246,9 @@ pub fn default_run_args() -> RunArgs {
 }
 
 fn pass_through(e: &ExperimentArgs, a: &mut RunArgs) {
-    a.clients = e.clients;
-    a.replicas = e.replicas;
-    a.reference = e.reference.clone();
-    a.split = e.split.clone();
-    a.workload = e.workload.clone();
-    a.cluster = e.cluster;
-    a.time_scale = e.time_scale;
-    a.cpus = e.cpus;
-    a.detection = e.detection;
-    a.probe_interval_ms = e.probe_interval_ms;
-    a.raw = e.raw;
+    a.common = e.common.clone();
     a.force = true; // only incomplete runs are executed; they replace their leftovers
-    a.quiet = true; // the experiment's own bar replaces each run's
+    a.common.quiet = true; // the experiment's own bar replaces each run's
 }
 
 fn parse_strategies(list: &[String]) -> Result<Vec<Strategy>, Error> {
@@ -438,14 +392,14 @@ pub fn experiment(args: ExperimentArgs) -> Result<(), Error> {
         grid.len() - pending,
         root.display()
     );
-    let summaries = execute_pending(&grid, states, pending, args.quiet)?;
+    let summaries = execute_pending(&grid, states, pending, args.common.quiet)?;
     let file = experiment_file(&args, &grid, &summaries);
     let figures = figures(&summaries.iter().map(|(s, _)| s.clone()).collect::<Vec<_>>());
     write_atomic(&root.join("experiment.json"), &(serde_json::to_string_pretty(&file).context("experiment.json")? + "\n"))?;
     write_atomic(&root.join("experiment.csv"), &experiment_csv(&file.cells).context("experiment.csv")?)?;
     write_atomic(&root.join("figures.json"), &(serde_json::to_string_pretty(&figures).context("figures.json")? + "\n"))?;
     eprintln!("wrote {}", root.display());
-    if !args.quiet {
+    if !args.common.quiet {
         print!("{}", render_figures(&figures));
     }
     Ok(())
@@ -666,15 +620,13 @@ mod tests {
     }
 
     #[test]
-    fn pass_through_defaults_match_plbbench_run() {
-        let e = parse(&[]);
-        let run = default_run_args();
-        let mut a = run.clone();
+    fn pass_through_copies_settings_and_silences_each_run() {
+        let e = parse(&["--T", "77", "--seed", "3", "--theta", "12", "--cluster", "sim"]);
+        let mut a = default_run_args();
         pass_through(&e, &mut a);
-        assert_eq!((a.clients, a.replicas, &a.reference, &a.split), (run.clients, run.replicas, &run.reference, &run.split));
-        assert_eq!((&a.workload, a.cluster, a.detection), (&run.workload, run.cluster, run.detection));
-        assert_eq!(a.probe_interval_ms, run.probe_interval_ms);
-        assert_eq!((a.time_scale, a.cpus, a.raw, e.seed), (run.time_scale, run.cpus, run.raw, run.seed));
+        assert_eq!((a.common.clients, a.common.seed, a.common.theta), (77, 3, Some(12)));
+        assert_eq!(a.common.cluster, crate::cli::ClusterKind::Sim);
+        assert!(a.common.quiet && a.force);
         assert_eq!(e.strategies, ["plb", "rr-split", "rr", "lc"]);
         assert_eq!(e.mixes, ["25:75", "50:50", "75:25"]);
         assert_eq!(e.faults, ["premium-fault", "cascade"]);
@@ -685,7 +637,7 @@ mod tests {
     fn grid_order_names_and_seeds() {
         let e = parse(&["--strategies", "plb,rr", "--mixes", "25:75,50:50", "--faults", "cascade", "--repeat", "2", "--seed", "7"]);
         let g = grid(&e, Path::new("/nonexistent/exp")).unwrap();
-        let names: Vec<(&str, u64)> = g.iter().map(|r| (r.name.as_str(), r.plan.args.seed)).collect();
+        let names: Vec<(&str, u64)> = g.iter().map(|r| (r.name.as_str(), r.plan.args.common.seed)).collect();
         assert_eq!(
             names,
             [
@@ -700,7 +652,7 @@ mod tests {
             ]
         );
         assert_eq!(g[0].plan.out, Path::new("/nonexistent/exp/runs/cascade-25-75-plb-r1"));
-        assert!(g.iter().all(|r| r.plan.args.quiet && r.plan.args.force));
+        assert!(g.iter().all(|r| r.plan.args.common.quiet && r.plan.args.force));
     }
 
     #[test]

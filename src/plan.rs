@@ -108,24 +108,31 @@ impl Plan {
     /// Validates `args` into a plan.
     pub fn new(args: RunArgs) -> Result<Plan, Error> {
         let premium_pct = parse_mix(&args.mix)?;
-        if args.clients == 0 {
+        if args.common.clients == 0 {
             return Err(input("--T", "must be at least 1 client"));
         }
-        if args.replicas == 0 {
+        if args.common.replicas == 0 {
             return Err(input("--replicas", "must be at least 1"));
         }
-        let reference = parse_reference(&args.reference, args.replicas)?;
-        let split = parse_parts("--split", &args.split, ':', 2, args.replicas)?;
-        if !(args.time_scale.is_finite() && args.time_scale > 0.0) {
-            return Err(input("--time-scale", format!("must be a positive number, got {}", args.time_scale)));
+        let reference = parse_reference(&args.common.reference, args.common.replicas)?;
+        let split = parse_parts("--split", &args.common.split, ':', 2, args.common.replicas)?;
+        if !(args.common.time_scale.is_finite() && args.common.time_scale > 0.0) {
+            return Err(input("--time-scale", format!("must be a positive number, got {}", args.common.time_scale)));
         }
-        if !(args.cpus.is_finite() && args.cpus > 0.0) {
-            return Err(input("--cpus", format!("must be a positive number of cores, got {}", args.cpus)));
+        if !(args.common.cpus.is_finite() && args.common.cpus > 0.0) {
+            return Err(input("--cpus", format!("must be a positive number of cores, got {}", args.common.cpus)));
         }
-        if args.detection == Detection::Probe && args.probe_interval_ms == 0 {
+        if args.common.detection == Detection::Probe && args.common.probe_interval_ms == 0 {
             return Err(input("--probe-interval-ms", "must be at least 1"));
         }
-        let workload = load_workload(args.workload.as_deref())?;
+        let mut workload = load_workload(args.common.workload.as_deref())?;
+        if let Some(theta) = args.common.theta {
+            if theta == 0 {
+                return Err(input("--theta", "must be at least 1"));
+            }
+            workload.router.theta = theta;
+        }
+        workload.router.mixed_bounded |= args.common.mixed_bounded;
         let faults_name = args.faults.clone().unwrap_or_else(|| workload.run.faults.clone());
         let text = match faults::preset(&faults_name) {
             Some(t) => t.to_string(),
@@ -138,19 +145,19 @@ impl Plan {
             }
         };
         let timeline = Timeline {
-            replicas: args.replicas,
+            replicas: args.common.replicas,
             ramp_s: workload.arrival.ramp_s,
             baseline_s: workload.run.baseline_s,
             duration_s: workload.run.duration_s,
         };
         let events = faults::parse(&text, timeline).map_err(|e| input("--faults", format!("{faults_name}: {e}")))?;
-        let x = args.time_scale;
+        let x = args.common.time_scale;
         let faults = faults::scaled(&events, x);
         let (ramp_s, duration_s) = (workload.arrival.ramp_s * x, workload.run.duration_s * x);
-        let phases = phases::cut(&faults, args.replicas, ramp_s, workload.run.baseline_s * x, duration_s);
+        let phases = phases::cut(&faults, args.common.replicas, ramp_s, workload.run.baseline_s * x, duration_s);
         let router = RouterConfig {
             strategy: args.strategy,
-            replicas: args.replicas,
+            replicas: args.common.replicas,
             reference,
             split: (split[0], split[1]),
             theta: workload.router.theta,
@@ -164,14 +171,14 @@ impl Plan {
                 chrono::Utc::now().format("%Y%m%dT%H%M%SZ"),
                 args.strategy,
                 args.mix.replace(':', "-"),
-                args.cluster.name()
+                args.common.cluster.name()
             )),
         };
         if out.exists() && !args.force {
             return Err(input("--out", format!("{} already exists (use --force to replace it)", out.display())));
         }
-        if matches!(args.cluster, ClusterKind::Docker | ClusterKind::External) {
-            return Err(input("--cluster", format!("the `{}` backend is not available yet; use local or sim", args.cluster.name())));
+        if matches!(args.common.cluster, ClusterKind::Docker | ClusterKind::External) {
+            return Err(input("--cluster", format!("the `{}` backend is not available yet; use local or sim", args.common.cluster.name())));
         }
         Ok(Plan { args, premium_pct, workload, faults_name, faults, phases, router, ramp_s, duration_s, out })
     }

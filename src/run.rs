@@ -41,8 +41,8 @@ pub struct RunOutput {
 pub fn execute(plan: &Plan) -> Result<RunOutput, Error> {
     let started = chrono::Utc::now();
     let clock = Instant::now();
-    let collector = Collector::new(plan.phases.clone(), plan.args.replicas, plan.args.cpus, plan.args.raw);
-    let (collector, outcome) = match plan.args.cluster {
+    let collector = Collector::new(plan.phases.clone(), plan.args.common.replicas, plan.args.common.cpus, plan.args.common.raw);
+    let (collector, outcome) = match plan.args.common.cluster {
         ClusterKind::Sim => backend::run_sim(plan, collector),
         ClusterKind::Local => backend::run_local(plan, collector)?,
         other => return Err(Error::Input(format!("--cluster: the `{}` backend is not available yet", other.name()))),
@@ -63,20 +63,20 @@ pub fn settings(plan: &Plan) -> Settings {
     Settings {
         strategy: a.strategy.to_string(),
         mix: format!("{}:{}", plan.premium_pct, 100 - plan.premium_pct),
-        clients: a.clients,
-        replicas: a.replicas,
+        clients: a.common.clients,
+        replicas: a.common.replicas,
         reference: format!("{},{},{}", r[0], r[1], r[2]),
         split: format!("{}:{}", plan.router.split.0, plan.router.split.1),
         faults: plan.faults_name.clone(),
         workload: plan.workload.name.clone(),
-        cluster: a.cluster.name().into(),
-        seed: a.seed,
-        time_scale: a.time_scale,
+        cluster: a.common.cluster.name().into(),
+        seed: a.common.seed,
+        time_scale: a.common.time_scale,
         duration_s: plan.duration_s,
         theta: plan.router.theta,
         alpha: plan.router.alpha,
-        detection: match a.detection {
-            Detection::Probe => format!("probe every {} ms", a.probe_interval_ms),
+        detection: match a.common.detection {
+            Detection::Probe => format!("probe every {} ms", a.common.probe_interval_ms),
             Detection::Oracle => "oracle".into(),
         },
     }
@@ -92,7 +92,7 @@ fn environment(plan: &Plan, outcome: &BackendOutcome, started: chrono::DateTime<
         postgres_version: outcome.postgres_version.clone(),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         memory_gib: (sys.total_memory() as f64 / (1u64 << 30) as f64 * 10.0).round() / 10.0,
-        cpu_budget_cores: plan.args.cpus,
+        cpu_budget_cores: plan.args.common.cpus,
         cpu_budget_enforced: outcome.cpu_budget_enforced,
         started_utc: started.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
     }

@@ -342,13 +342,13 @@ mod tests {
     fn template() -> Summary {
         let dir = std::env::temp_dir().join(format!("plbbench-figures-{}", std::process::id()));
         let mut a = default_run_args();
-        a.cluster = crate::cli::ClusterKind::Sim;
-        a.clients = 40;
-        a.time_scale = 0.1;
+        a.common.cluster = crate::cli::ClusterKind::Sim;
+        a.common.clients = 40;
+        a.common.time_scale = 0.1;
         a.faults = Some("cascade".into());
         a.out = Some(dir.clone());
         a.force = true;
-        a.quiet = true;
+        a.common.quiet = true;
         let out = crate::run::execute(&crate::plan::Plan::new(a).unwrap()).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         out.summary
