@@ -4,6 +4,17 @@
 //! and session to one collector task over a channel. Alongside run a fault
 //! injector, health probes (the router is not told of faults unless
 //! `--detection oracle`) and a once-per-second CPU sampler.
+//!
+//! Stopping: at the planned end every task stops at once and queries still
+//! running are dropped (so no phase counts work done after its end). The
+//! first SIGINT or SIGTERM stops admissions, new sessions and new queries
+//! and lets queries in flight finish for up to [`DRAIN`] (they are recorded
+//! as usual); the rest are then dropped, and the run returns marked
+//! partial. A second signal during that wait drops them at once. Each
+//! signal is logged as a `note` row in events.csv. Either way
+//! the driver returns normally, so the caller writes the run folder and
+//! tears the cluster down; sessions open at the end are counted in flight,
+//! and a dropped query is never recorded.
 
 use crate::cluster::LocalCluster;
 use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
@@ -14,10 +25,15 @@ use crate::core::workload::Workload;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, watch};
-use tokio::time::{sleep_until, timeout, Instant};
+use tokio::task::JoinHandle;
+use tokio::time::{sleep, sleep_until, timeout, Instant};
 use tokio_postgres::types::Type;
 use tokio_postgres::{Config, NoTls};
+
+/// How long queries in flight may run on after the first SIGINT/SIGTERM.
+pub const DRAIN: Duration = Duration::from_secs(2);
 
 /// A message to the collector task.
 enum Msg {
@@ -53,6 +69,46 @@ pub struct DriverOutcome {
     pub in_flight: [u64; 2],
     /// Interrupted by a signal.
     pub partial: bool,
+    /// Run time (seconds) of the first signal, when interrupted: no query
+    /// started after it, and none recorded ends later than [`DRAIN`] after it.
+    pub interrupted_s: Option<f64>,
+}
+
+/// SIGINT and SIGTERM as one stream. Listening replaces their default
+/// action (termination) for the rest of the process, so once the driver has
+/// run, later signals no longer kill plbbench before it cleans up.
+struct Signals {
+    int: Option<tokio::signal::unix::Signal>,
+    term: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn new() -> Signals {
+        let listen = |kind: SignalKind, name: &str| match signal(kind) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                eprintln!("plbbench: warning: cannot listen for {name}: {e}");
+                None
+            }
+        };
+        Signals { int: listen(SignalKind::interrupt(), "SIGINT"), term: listen(SignalKind::terminate(), "SIGTERM") }
+    }
+
+    /// The next signal's name; never returns when none can arrive.
+    async fn recv(&mut self) -> &'static str {
+        async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
+            if let Some(s) = s {
+                if s.recv().await.is_some() {
+                    return;
+                }
+            }
+            std::future::pending::<()>().await
+        }
+        tokio::select! {
+            _ = next(&mut self.int) => "SIGINT",
+            _ = next(&mut self.term) => "SIGTERM",
+        }
+    }
 }
 
 /// Shared state of one run.
@@ -62,7 +118,10 @@ struct Ctx {
     router: Mutex<Router>,
     configs: Vec<Config>,
     tx: mpsc::UnboundedSender<Msg>,
+    /// Set at the end or on the first signal: no new session or query.
     stop: watch::Receiver<bool>,
+    /// Set when queries in flight are to be dropped (after `stop`).
+    abort: watch::Receiver<bool>,
     actual_up: Vec<AtomicBool>,
     sessions: AtomicU64,
 }
@@ -113,8 +172,10 @@ async fn wait_until(ctx: &Ctx, t: Instant) -> bool {
     }
 }
 
-/// Runs the sessions against `cluster` until the planned end (or a signal).
+/// Runs the sessions against `cluster` until the planned end (or a signal,
+/// see the module doc).
 pub async fn run(input: DriverInput, cluster: Arc<Mutex<LocalCluster>>, collector: Collector) -> (Collector, DriverOutcome) {
+    let mut signals = Signals::new();
     let k = input.router.config().replicas;
     let configs = {
         let c = cluster.lock().expect("cluster lock");
@@ -122,6 +183,7 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<LocalCluster>>, collecto
     };
     let (tx, rx) = mpsc::unbounded_channel();
     let (stop_tx, stop_rx) = watch::channel(false);
+    let (abort_tx, abort_rx) = watch::channel(false);
     let ctx = Arc::new(Ctx {
         start: Instant::now(),
         workload: input.workload.clone(),
@@ -129,27 +191,31 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<LocalCluster>>, collecto
         configs,
         tx,
         stop: stop_rx,
+        abort: abort_rx,
         actual_up: (0..k).map(|_| AtomicBool::new(true)).collect(),
         sessions: AtomicU64::new(0),
     });
     let collecting = tokio::spawn(collect(rx, collector));
     let clients: Vec<_> = input.clients.into_iter().map(|c| tokio::spawn(client(ctx.clone(), c))).collect();
+    let mut clients = tokio::spawn(join_clients(clients));
     let injector = tokio::spawn(inject(ctx.clone(), cluster.clone(), input.faults, input.probe_interval.is_none()));
     let prober = input.probe_interval.map(|i| tokio::spawn(probe(ctx.clone(), i)));
     let bar = progress_bar(input.progress, input.duration_s);
     let sampler = tokio::spawn(sample(ctx.clone(), cluster, bar.clone()));
-    let end = ctx.at(input.duration_s);
-    let partial = tokio::select! {
-        _ = sleep_until(end) => false,
-        _ = tokio::signal::ctrl_c() => true,
+    let interrupted = tokio::select! {
+        _ = sleep_until(ctx.at(input.duration_s)) => None,
+        s = signals.recv() => Some((s, ctx.now())),
     };
     let _ = stop_tx.send(true);
-    let mut in_flight = [0u64; 2];
-    for c in clients {
-        if let Ok(Some(class)) = c.await {
-            in_flight[class.idx()] += 1;
-        }
-    }
+    let drained = match interrupted {
+        Some((first, _)) => drain(&ctx, &bar, &mut signals, &mut clients, first).await,
+        None => None,
+    };
+    let _ = abort_tx.send(true);
+    let in_flight = match drained {
+        Some(n) => n,
+        None => clients.await.expect("client tasks"),
+    };
     let _ = injector.await;
     if let Some(p) = prober {
         let _ = p.await;
@@ -158,7 +224,47 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<LocalCluster>>, collecto
     bar.finish_and_clear();
     drop(ctx);
     let collector = collecting.await.expect("collector task");
-    (collector, DriverOutcome { in_flight, partial })
+    let interrupted_s = interrupted.map(|i| i.1);
+    (collector, DriverOutcome { in_flight, partial: interrupted_s.is_some(), interrupted_s })
+}
+
+/// Waits for every client; returns the sessions left open per class.
+async fn join_clients(clients: Vec<JoinHandle<Option<Class>>>) -> [u64; 2] {
+    let mut in_flight = [0u64; 2];
+    for c in clients {
+        if let Ok(Some(class)) = c.await {
+            in_flight[class.idx()] += 1;
+        }
+    }
+    in_flight
+}
+
+/// After the first signal (admissions already stopped): gives queries in
+/// flight up to [`DRAIN`] to finish, or less if a second signal comes.
+/// Returns the clients' in-flight counts when every client finished first.
+async fn drain(
+    ctx: &Ctx,
+    bar: &indicatif::ProgressBar,
+    signals: &mut Signals,
+    clients: &mut JoinHandle<[u64; 2]>,
+    first: &'static str,
+) -> Option<[u64; 2]> {
+    let note = |m: String| {
+        bar.suspend(|| eprintln!("plbbench: {m}"));
+        ctx.send(Msg::Event(ctx.now(), "note", None, m));
+    };
+    note(format!(
+        "{first}: stopping; queries in flight may finish within {} s (signal again to stop at once)",
+        DRAIN.as_secs()
+    ));
+    tokio::select! {
+        done = clients => Some(done.expect("client tasks")),
+        _ = sleep(DRAIN) => None,
+        again = signals.recv() => {
+            note(format!("{again}: stopping at once; queries in flight are dropped"));
+            None
+        }
+    }
 }
 
 async fn collect(mut rx: mpsc::UnboundedReceiver<Msg>, mut col: Collector) -> Collector {
@@ -275,9 +381,10 @@ async fn session(ctx: &Ctx, script: &mut Client, r: ReplicaId, queries: u32, int
                 client.query(st, &[]).await
             }
         };
+        let mut abort = ctx.abort.clone();
         let result = tokio::select! {
             r = timeout(deadline, run) => r,
-            _ = stop.wait_for(|s| *s) => return SessionEnd::Stopped,
+            _ = abort.wait_for(|s| *s) => return SessionEnd::Stopped,
         };
         let end = ctx.now();
         let error = match result {

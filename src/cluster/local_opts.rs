@@ -73,21 +73,37 @@ impl LocalOptions {
     }
 }
 
-/// `/var/lib/plbbench/local` when running as root; otherwise
+/// Environment variable that overrides [`default_state_dir`] when set and
+/// non-empty (integration tests use it to give each run a private
+/// directory so several can run at once).
+pub const STATE_DIR_ENV: &str = "PLBBENCH_STATE_DIR";
+
+/// Where local clusters live: `$PLBBENCH_STATE_DIR` as is when it is set and
+/// non-empty; else `/var/lib/plbbench/local` when running as root; otherwise
 /// `$XDG_STATE_HOME/plbbench/local`, else `~/.local/state/plbbench/local`,
-/// else `/tmp/plbbench-<uid>/local`.
+/// else `/tmp/plbbench-<uid>/local`. Other plbbench directories are its
+/// siblings (`run` and `calibrate` replace its last component), so with
+/// `PLBBENCH_STATE_DIR=/x/local` a run's private cluster lives in `/x/run`.
 pub fn default_state_dir() -> PathBuf {
-    if nix::unistd::geteuid().is_root() {
+    state_dir_from(nix::unistd::geteuid(), |k| std::env::var_os(k))
+}
+
+/// [`default_state_dir`] for user `uid` and environment lookup `var`.
+fn state_dir_from(uid: nix::unistd::Uid, var: impl Fn(&str) -> Option<std::ffi::OsString>) -> PathBuf {
+    let nonempty = |k: &str| var(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(x) = nonempty(STATE_DIR_ENV) {
+        return x;
+    }
+    if uid.is_root() {
         return PathBuf::from("/var/lib/plbbench/local");
     }
-    let nonempty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
     if let Some(x) = nonempty("XDG_STATE_HOME") {
         return x.join("plbbench/local");
     }
     if let Some(h) = nonempty("HOME") {
         return h.join(".local/state/plbbench/local");
     }
-    PathBuf::from(format!("/tmp/plbbench-{}/local", nix::unistd::geteuid()))
+    PathBuf::from(format!("/tmp/plbbench-{uid}/local"))
 }
 
 /// Every way a local cluster operation fails. Messages are short and carry
@@ -244,8 +260,28 @@ mod tests {
     fn defaults_are_documented_values_and_valid() {
         let o = LocalOptions::default();
         assert_eq!((o.replicas, o.cpus, o.scale, o.seed, o.base_port, o.max_connections), (5, 0.3, 0.05, 42, 0, 300));
-        assert!(o.state_dir.ends_with("plbbench/local"));
+        assert_eq!(o.state_dir, default_state_dir());
         o.validate().unwrap();
+    }
+
+    #[test]
+    fn state_dir_honours_the_override_then_the_documented_defaults() {
+        use nix::unistd::Uid;
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|p| p.0 == k).map(|p| std::ffi::OsString::from(p.1))
+        };
+        let user = Uid::from_raw(1000);
+        let cases: Vec<(Uid, &'static [(&'static str, &'static str)], &str)> = vec![
+            (Uid::from_raw(0), &[(STATE_DIR_ENV, "/x/local")], "/x/local"),
+            (user, &[(STATE_DIR_ENV, "rel/dir"), ("HOME", "/home/u")], "rel/dir"),
+            (Uid::from_raw(0), &[(STATE_DIR_ENV, ""), ("HOME", "/root")], "/var/lib/plbbench/local"),
+            (user, &[(STATE_DIR_ENV, ""), ("XDG_STATE_HOME", "/s"), ("HOME", "/home/u")], "/s/plbbench/local"),
+            (user, &[("HOME", "/home/u")], "/home/u/.local/state/plbbench/local"),
+            (user, &[], "/tmp/plbbench-1000/local"),
+        ];
+        for (uid, vars, want) in cases {
+            assert_eq!(state_dir_from(uid, env(vars)), PathBuf::from(want), "{vars:?}");
+        }
     }
 
     #[test]
