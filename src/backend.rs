@@ -13,6 +13,7 @@ use crate::plan::Plan;
 use crate::run::BackendOutcome;
 use crate::sim::{self, SimInput};
 use anyhow::Context;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -72,9 +73,27 @@ fn local_cluster(plan: &Plan) -> Result<LocalCluster, Error> {
     LocalCluster::up(&opts).context("starting the local cluster").map_err(Error::Run)
 }
 
+/// From now on SIGINT and SIGTERM set the returned flag instead of killing
+/// plbbench, so a signal during cluster start-up still lets it tear the
+/// cluster down (the driver then listens for signals itself).
+pub fn catch_signals() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        if let Err(e) = signal_hook::flag::register(sig, flag.clone()) {
+            eprintln!("plbbench: warning: cannot catch signal {sig}: {e}");
+        }
+    }
+    flag
+}
+
 /// Runs the plan on real local PostgreSQL servers.
 pub fn run_local(plan: &Plan, collector: Collector) -> Result<(Collector, BackendOutcome), Error> {
+    let interrupted = catch_signals();
     let cluster = local_cluster(plan)?;
+    if interrupted.load(Ordering::SeqCst) {
+        drop(cluster);
+        return Err(Error::Run(anyhow::anyhow!("interrupted while the cluster was starting; it was removed and nothing was measured")));
+    }
     let postgres_version = Some(cluster.pg_version());
     let cpu_budget_enforced = cluster.cpu_budget_enforced();
     let cluster = Arc::new(Mutex::new(cluster));
@@ -91,7 +110,10 @@ pub fn run_local(plan: &Plan, collector: Collector) -> Result<(Collector, Backen
         probe_interval: probe_interval(plan),
         progress: !plan.args.common.quiet,
     };
-    let (collector, out) = runtime.block_on(driver::run(input, cluster.clone(), collector));
+    let (mut collector, out) = runtime.block_on(driver::run(input, cluster.clone(), collector));
+    if let Some(t) = out.interrupted_s {
+        collector.truncate(t);
+    }
     drop(runtime);
     let mut cluster = Arc::try_unwrap(cluster).ok().expect("no task holds the cluster").into_inner().expect("lock");
     if cluster.is_persistent() {

@@ -41,7 +41,12 @@ pub fn cluster(args: ClusterArgs) -> Result<(), Error> {
                 ..LocalOptions::default()
             };
             let started = Instant::now();
+            let interrupted = crate::backend::catch_signals();
             let mut c = LocalCluster::up(&opts).context("cluster up")?;
+            if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+                drop(c);
+                return Err(Error::Run(anyhow::anyhow!("interrupted while the cluster was starting; it was removed")));
+            }
             c.set_persistent(true).context("saving the cluster state")?;
             if !c.cpu_budget_enforced() {
                 eprintln!("plbbench: warning: cgroups are not writable here; the CPU budget is not enforced");

@@ -17,6 +17,7 @@
 //! and a dropped query is never recorded.
 
 use crate::cluster::LocalCluster;
+use crate::core::detect::{Detector, Probe};
 use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
 use crate::core::model::{Action, Class, FaultEvent, ReplicaId};
 use crate::core::router::Router;
@@ -123,6 +124,8 @@ struct Ctx {
     /// Set when queries in flight are to be dropped (after `stop`).
     abort: watch::Receiver<bool>,
     actual_up: Vec<AtomicBool>,
+    /// Per replica, when a failure was last observed (f64 seconds as bits).
+    failed_s: Vec<AtomicU64>,
     sessions: AtomicU64,
 }
 
@@ -149,7 +152,20 @@ impl Ctx {
     /// The router learns of a health change (from a probe, a connection
     /// error or the oracle); logged once per change.
     fn observe(&self, r: ReplicaId, healthy: bool, how: &str) {
+        self.observe_since(r, healthy, how, f64::INFINITY);
+    }
+
+    /// [`Self::observe`] for a check that began at `began_s`: a success is
+    /// stale, and ignored, when a failure of `r` was seen after it began
+    /// (a probe that connected just before a Down must not undo its
+    /// detection).
+    fn observe_since(&self, r: ReplicaId, healthy: bool, how: &str, began_s: f64) {
         let mut router = self.router.lock().expect("router lock");
+        if !healthy {
+            self.failed_s[r].store(self.now().to_bits(), Ordering::SeqCst);
+        } else if began_s < f64::from_bits(self.failed_s[r].load(Ordering::SeqCst)) {
+            return;
+        }
         if router.is_healthy(r) != healthy {
             router.set_health(r, healthy);
             let what = if healthy { "up" } else { "down" };
@@ -193,6 +209,7 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<LocalCluster>>, collecto
         stop: stop_rx,
         abort: abort_rx,
         actual_up: (0..k).map(|_| AtomicBool::new(true)).collect(),
+        failed_s: (0..k).map(|_| AtomicU64::new(f64::NEG_INFINITY.to_bits())).collect(),
         sessions: AtomicU64::new(0),
     });
     let collecting = tokio::spawn(collect(rx, collector));
@@ -445,26 +462,42 @@ async fn inject(ctx: Arc<Ctx>, cluster: Arc<Mutex<LocalCluster>>, faults: Vec<Fa
     }
 }
 
-/// Health probes: connect and `SELECT 1` within the interval.
+/// Deadline of one health probe: longer than the interval, because a busy,
+/// CPU-throttled replica may take a while to accept a connection.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Health probes: connect and `SELECT 1`. A refused or broken connection
+/// removes a replica at once; timeouts only after [`crate::core::detect::TIMEOUTS_TO_DOWN`] in a
+/// row (see `core::detect`). Each result applies as soon as it is in.
 async fn probe(ctx: Arc<Ctx>, interval: Duration) {
     let mut next = ctx.start + interval / 2;
+    let detector = Mutex::new(Detector::new(ctx.configs.len()));
     loop {
         if !wait_until(&ctx, next).await {
             return;
         }
-        let checks = ctx.configs.iter().map(|cfg| async move {
-            let attempt = async {
-                let (client, conn) = cfg.connect(NoTls).await?;
-                tokio::spawn(conn);
-                client.simple_query("SELECT 1").await.map(|_| ())
-            };
-            matches!(timeout(interval, attempt).await, Ok(Ok(())))
+        let checks = ctx.configs.iter().enumerate().map(|(r, cfg)| {
+            let (ctx, detector) = (&ctx, &detector);
+            async move {
+                let began = ctx.now();
+                let attempt = async {
+                    let (client, conn) = cfg.connect(NoTls).await?;
+                    tokio::spawn(conn);
+                    client.simple_query("SELECT 1").await.map(|_| ())
+                };
+                let seen = match timeout(PROBE_TIMEOUT.max(interval), attempt).await {
+                    Ok(Ok(())) => Probe::Ok,
+                    Ok(Err(_)) => Probe::Refused,
+                    Err(_) => Probe::Timeout,
+                };
+                let verdict = detector.lock().expect("detector lock").observe(r, seen);
+                if let Some(healthy) = verdict {
+                    ctx.observe_since(r, healthy, "probe", began);
+                }
+            }
         });
-        let results = futures_util::future::join_all(checks).await;
-        for (r, healthy) in results.into_iter().enumerate() {
-            ctx.observe(r, healthy, "probe");
-        }
-        next += interval;
+        futures_util::future::join_all(checks).await;
+        next = (next + interval).max(Instant::now());
     }
 }
 

@@ -4,6 +4,7 @@
 //! I/O, deterministic for a seed: events at equal times run in insertion
 //! order and every random draw comes from a client's own generator.
 
+use crate::core::detect::{Detector, Probe};
 use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
 use crate::core::model::{Action, FaultEvent, ReplicaId};
 use crate::core::router::Router;
@@ -109,6 +110,7 @@ struct Sim<'a, 'c> {
     clients: Vec<ClientState>,
     sessions: u64,
     processed: u64,
+    detector: Detector,
 }
 
 fn key(t: f64) -> u64 {
@@ -126,7 +128,7 @@ pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
         .into_iter()
         .map(|script| ClientState { script, state: State::Idle { resume: None }, session: 0, session_start: 0.0, intended: 0.0, sent: 0.0, qseq: 0 })
         .collect();
-    let mut sim = Sim { input, col, now: 0.0, seq: 0, queue: BinaryHeap::new(), servers, clients, sessions: 0, processed: 0 };
+    let mut sim = Sim { input, col, now: 0.0, seq: 0, queue: BinaryHeap::new(), servers, clients, sessions: 0, processed: 0, detector: Detector::new(k) };
     sim.start();
     while let Some(Reverse((t, _, ev))) = sim.queue.pop() {
         let t = f64::from_bits(t);
@@ -444,10 +446,17 @@ impl Sim<'_, '_> {
     }
 
     /// Health probes: each replica's real state is observed once per
-    /// interval (a paused replica fails its probe).
+    /// interval; a dead one refuses, a paused one times out (and is removed
+    /// only after consecutive timeouts, as in real runs).
     fn probe(&mut self) {
         for r in 0..self.servers.len() {
-            let healthy = self.servers[r].up && !self.servers[r].paused;
+            let s = &self.servers[r];
+            let seen = match (s.up, s.paused) {
+                (false, _) => Probe::Refused,
+                (true, true) => Probe::Timeout,
+                (true, false) => Probe::Ok,
+            };
+            let Some(healthy) = self.detector.observe(r, seen) else { continue };
             if self.input.router.is_healthy(r) != healthy {
                 self.input.router.set_health(r, healthy);
                 self.col.event(self.now, "detect", Some(r), format!("{} (probe)", if healthy { "up" } else { "down" }));

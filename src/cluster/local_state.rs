@@ -94,7 +94,9 @@ impl LocalCluster {
         if let Some(t) = self.template_pid.take() {
             let _ = procs::signal(t, Signal::SIGKILL);
         }
-        // Fast shutdown of every running server, all at once.
+        // Fast shutdown of every running server, all at once; a cluster made
+        // for one run, whose data is deleted next, gets an immediate one.
+        let stop = if self.persistent { Signal::SIGINT } else { Signal::SIGQUIT };
         let running: Vec<(usize, i32)> = (0..self.replicas.len())
             .filter_map(|r| {
                 self.replicas[r].pid.filter(|p| procs::is_postmaster_of(*p, &self.data_dir(r))).map(|p| (r, p))
@@ -107,7 +109,7 @@ impl LocalCluster {
                     let _ = procs::signal(p, Signal::SIGCONT);
                 }
             }
-            let _ = procs::signal(pid, Signal::SIGINT);
+            let _ = procs::signal(pid, stop);
         }
         let pids: Vec<i32> = running.iter().map(|x| x.1).collect();
         if !procs::wait_gone(&pids, SHUTDOWN_TIMEOUT) {

@@ -116,6 +116,7 @@ pub struct Collector {
     sessions_started: [u64; 2],
     abort_reasons: BTreeMap<(Class, String), u64>,
     error_kinds: BTreeMap<(Class, String), u64>,
+    last_record_s: f64,
 }
 
 /// A row of phases.csv (column order is the public contract).
@@ -241,7 +242,21 @@ impl Collector {
             sessions_started: [0; 2],
             abort_reasons: BTreeMap::new(),
             error_kinds: BTreeMap::new(),
+            last_record_s: 0.0,
         }
+    }
+
+    /// Ends the run early at `t_s` (an interrupted run): the phase holding
+    /// the later of `t_s` and the last record is cut there and later phases,
+    /// which were never measured, are dropped, so no figure divides by time
+    /// that was not observed.
+    pub fn truncate(&mut self, t_s: f64) {
+        let end = t_s.max(self.last_record_s);
+        let keep = self.phases.iter().take_while(|p| p.start_s < end).count().max(1);
+        self.phases.truncate(keep);
+        self.per_phase.truncate(keep);
+        let last = self.phases.last_mut().expect("at least one phase");
+        last.end_s = last.end_s.min(end).max(last.start_s + 1e-3);
     }
 
     /// The phases this collector bins into.
@@ -255,6 +270,7 @@ impl Collector {
 
     /// Counts a query in the phase and second of its completion.
     pub fn query(&mut self, q: QueryRecord) {
+        self.last_record_s = self.last_record_s.max(q.end_s);
         let c = q.class.idx();
         let phase = locate(&self.phases, q.end_s);
         let sec = self.second(q.end_s);
@@ -295,6 +311,7 @@ impl Collector {
 
     /// Counts an ended session in the phase of its end.
     pub fn session_ended(&mut self, s: SessionRecord) {
+        self.last_record_s = self.last_record_s.max(s.end_s);
         let agg = &mut self.per_phase[locate(&self.phases, s.end_s)][s.class.idx()];
         match s.abort {
             None => {
@@ -542,6 +559,20 @@ mod tests {
         assert!((base.p95_ms.unwrap() - 100.0).abs() < 0.1, "3 significant digits");
         assert_eq!(base.goodput_qps, r4(1.0 / 10.0));
         m.check_accounting().unwrap();
+    }
+
+    #[test]
+    fn truncation_drops_unmeasured_phases_and_cuts_the_last() {
+        let mut c = Collector::new(cut(&[], 2, 10.0, 5.0, 20.0), 2, 0.5, false);
+        c.query(q(12.0, None));
+        c.truncate(11.0);
+        let m = c.finish(&|_, _| true, [0, 0]);
+        let base = m.phases.iter().find(|r| r.phase == "baseline" && r.class == Class::P).unwrap();
+        assert_eq!((base.end_s, base.goodput_qps), (12.0, 0.5), "cut at the last record, 1 query in 2 s");
+        let mut c = Collector::new(cut(&[], 2, 10.0, 5.0, 20.0), 2, 0.5, false);
+        c.truncate(4.0);
+        let m = c.finish(&|_, _| true, [0, 0]);
+        assert!(m.phases.iter().all(|r| r.phase == "warmup"), "baseline never reached");
     }
 
     #[test]
