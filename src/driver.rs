@@ -466,39 +466,49 @@ async fn inject(ctx: Arc<Ctx>, cluster: Arc<Mutex<LocalCluster>>, faults: Vec<Fa
 /// CPU-throttled replica may take a while to accept a connection.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Health probes: connect and `SELECT 1`. A refused or broken connection
-/// removes a replica at once; timeouts only after [`crate::core::detect::TIMEOUTS_TO_DOWN`] in a
-/// row (see `core::detect`). Each result applies as soon as it is in.
+/// Health probes, one task per replica, each over a persistent connection
+/// (as a pooler checks its server connections), so a busy replica is asked
+/// for `SELECT 1` rather than for a new backend. A broken or refused
+/// connection removes a replica at once; timeouts only after
+/// [`crate::core::detect::TIMEOUTS_TO_DOWN`] in a row (see `core::detect`).
 async fn probe(ctx: Arc<Ctx>, interval: Duration) {
+    let detector = Arc::new(Mutex::new(Detector::new(ctx.configs.len())));
+    let tasks = (0..ctx.configs.len()).map(|r| probe_replica(ctx.clone(), detector.clone(), r, interval));
+    futures_util::future::join_all(tasks).await;
+}
+
+async fn probe_replica(ctx: Arc<Ctx>, detector: Arc<Mutex<Detector>>, r: ReplicaId, interval: Duration) {
     let mut next = ctx.start + interval / 2;
-    let detector = Mutex::new(Detector::new(ctx.configs.len()));
+    let mut client: Option<tokio_postgres::Client> = None;
     loop {
         if !wait_until(&ctx, next).await {
             return;
         }
-        let checks = ctx.configs.iter().enumerate().map(|(r, cfg)| {
-            let (ctx, detector) = (&ctx, &detector);
-            async move {
-                let began = ctx.now();
-                let attempt = async {
-                    let (client, conn) = cfg.connect(NoTls).await?;
-                    tokio::spawn(conn);
-                    client.simple_query("SELECT 1").await.map(|_| ())
-                };
-                let seen = match timeout(PROBE_TIMEOUT.max(interval), attempt).await {
-                    Ok(Ok(())) => Probe::Ok,
-                    Ok(Err(_)) => Probe::Refused,
-                    Err(_) => Probe::Timeout,
-                };
-                let verdict = detector.lock().expect("detector lock").observe(r, seen);
-                if let Some(healthy) = verdict {
-                    ctx.observe_since(r, healthy, "probe", began);
-                }
+        let began = ctx.now();
+        let seen = match timeout(PROBE_TIMEOUT.max(interval), check(&ctx.configs[r], &mut client)).await {
+            Ok(Ok(())) => Probe::Ok,
+            Ok(Err(_)) => {
+                client = None;
+                Probe::Refused
             }
-        });
-        futures_util::future::join_all(checks).await;
+            Err(_) => Probe::Timeout,
+        };
+        let verdict = detector.lock().expect("detector lock").observe(r, seen);
+        if let Some(healthy) = verdict {
+            ctx.observe_since(r, healthy, "probe", began);
+        }
         next = (next + interval).max(Instant::now());
     }
+}
+
+/// `SELECT 1` on the probe connection, (re)connecting when there is none.
+async fn check(cfg: &Config, client: &mut Option<tokio_postgres::Client>) -> Result<(), tokio_postgres::Error> {
+    if client.as_ref().is_none_or(|c| c.is_closed()) {
+        let (c, conn) = cfg.connect(NoTls).await?;
+        tokio::spawn(conn);
+        *client = Some(c);
+    }
+    client.as_ref().expect("connected above").simple_query("SELECT 1").await.map(|_| ())
 }
 
 /// The view of every replica now: CPU (skipped while a fault action holds

@@ -6,24 +6,14 @@
 //! finds them (scripts/install-postgres.sh installs them); set
 //! `PLBBENCH_SKIP_PG=1` to skip on a machine without them.
 
+mod common;
+use common::have_postgres;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use plbbench::cluster::dataset::CHECKSUM_SQL;
 use plbbench::cluster::local::{LocalCluster, LocalError, LocalOptions};
-use plbbench::cluster::pgbin;
 
-/// `false` (skip) only when PostgreSQL is missing and skipping was asked.
-fn have_postgres() -> bool {
-    if pgbin::find_bindir().is_some() {
-        return true;
-    }
-    if std::env::var_os("PLBBENCH_SKIP_PG").is_some() {
-        eprintln!("skipping: PostgreSQL not installed and PLBBENCH_SKIP_PG is set");
-        return false;
-    }
-    panic!("PostgreSQL server binaries not found: run scripts/install-postgres.sh as root, or set PLBBENCH_SKIP_PG=1");
-}
 
 /// A fresh, not yet existing directory under the system temp dir.
 fn temp_state_dir(tag: &str) -> PathBuf {

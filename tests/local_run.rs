@@ -21,6 +21,8 @@
 //! them); set `PLBBENCH_SKIP_PG=1` to skip on a machine without them. The
 //! runs take one at a time (see [`serial`]); together about 4 minutes.
 
+mod common;
+use common::have_postgres;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -30,7 +32,6 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use plbbench::cluster::local::LocalCluster;
-use plbbench::cluster::pgbin;
 use serde_json::Value;
 
 /// Replicas of every run here (the default K).
@@ -44,18 +45,6 @@ const RUN_LIMIT: Duration = Duration::from_secs(300);
 /// A signalled run must be gone this soon (the task's promise).
 const EXIT_AFTER_SIGNAL: Duration = Duration::from_secs(10);
 
-/// `false` (skip) only when PostgreSQL is missing and skipping was asked
-/// (the policy of tests/local_cluster.rs).
-fn have_postgres() -> bool {
-    if pgbin::find_bindir().is_some() {
-        return true;
-    }
-    if std::env::var_os("PLBBENCH_SKIP_PG").is_some() {
-        eprintln!("skipping: PostgreSQL not installed and PLBBENCH_SKIP_PG is set");
-        return false;
-    }
-    panic!("PostgreSQL server binaries not found: run scripts/install-postgres.sh as root, or set PLBBENCH_SKIP_PG=1");
-}
 
 /// One real run at a time: each drives five replicas with 0.3 cores of
 /// quota each (1.5 cores) plus T=1000 clients; on a 2-core machine two at
