@@ -266,17 +266,15 @@ pub fn from_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let inner = one_line(e.inner());
-        if path.is_empty() || path == "." {
-            inner
-        } else {
-            format!("{inner} (field `{path}`)")
-        }
+        let text = if path.is_empty() || path == "." { inner } else { format!("{inner} (field `{path}`)") };
+        // One line whatever the input: keys and values may hold newlines.
+        text.split_whitespace().collect::<Vec<_>>().join(" ")
     })
 }
 
 /// Collapses a multi-line TOML error into one line ("line 3, column 1: ...").
 pub fn one_line(e: &toml::de::Error) -> String {
-    let msg = e.message().trim().to_string();
+    let msg = e.message().trim().split_whitespace().collect::<Vec<_>>().join(" ");
     match e.span() {
         Some(_) => {
             let text = e.to_string();
