@@ -7,6 +7,7 @@
 use crate::cli::{CalibrateArgs, ClusterAction, ClusterArgs, ClusterKind};
 use crate::cluster::local::{default_state_dir, LocalCluster, LocalOptions};
 use crate::core::model::Class;
+use crate::driver::{execute, prepare};
 use crate::error::{input, Error};
 use crate::plan::load_workload;
 use anyhow::Context;
@@ -132,19 +133,8 @@ async fn measure(
 ) -> Result<(f64, f64), Error> {
     let (client, conn) = cfg.connect(tokio_postgres::NoTls).await.context("connecting to r1")?;
     tokio::spawn(conn);
-    let types: &[tokio_postgres::types::Type] = if q.key_range > 0 { &[tokio_postgres::types::Type::INT8] } else { &[] };
-    let st = client.prepare_typed(&q.sql, types).await.with_context(|| format!("preparing {}", q.name))?;
-    let run = |i: u32| {
-        let param = (i64::from(i) * 7919) % q.key_range.max(1) as i64 + 1;
-        let (client, st) = (&client, &st);
-        async move {
-            if q.key_range > 0 {
-                client.query(st, &[&param]).await
-            } else {
-                client.query(st, &[]).await
-            }
-        }
-    };
+    let st = prepare(&client, q).await.with_context(|| format!("preparing {}", q.name))?;
+    let run = |i: u32| execute(&client, &st, q, (i64::from(i) * 7919) % q.key_range.max(1) as i64 + 1);
     for i in 0..n.min(20) {
         run(i).await.with_context(|| format!("warming up {}", q.name))?;
     }

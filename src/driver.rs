@@ -22,7 +22,7 @@ use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord}
 use crate::core::model::{Action, Class, FaultEvent, ReplicaId};
 use crate::core::router::Router;
 use crate::core::schedule::Client;
-use crate::core::workload::Workload;
+use crate::core::workload::{QueryTemplate, Workload};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 use tokio_postgres::types::Type;
-use tokio_postgres::{Config, NoTls};
+use tokio_postgres::{Config, NoTls, Statement};
 
 /// How long queries in flight may run on after the first SIGINT/SIGTERM.
 pub const DRAIN: Duration = Duration::from_secs(2);
@@ -388,15 +388,9 @@ async fn session(ctx: &Ctx, script: &mut Client, r: ReplicaId, queries: u32, int
         let deadline = Duration::from_millis(w.client.query_timeout_ms);
         let run = async {
             if !statements.contains_key(&draw.template) {
-                let types: &[Type] = if q.key_range > 0 { &[Type::INT8] } else { &[] };
-                statements.insert(draw.template, client.prepare_typed(&q.sql, types).await?);
+                statements.insert(draw.template, prepare(&client, q).await?);
             }
-            let st = &statements[&draw.template];
-            if q.key_range > 0 {
-                client.query(st, &[&draw.param]).await
-            } else {
-                client.query(st, &[]).await
-            }
+            execute(&client, &statements[&draw.template], q, draw.param).await
         };
         let mut abort = ctx.abort.clone();
         let result = tokio::select! {
@@ -429,6 +423,26 @@ async fn session(ctx: &Ctx, script: &mut Client, r: ReplicaId, queries: u32, int
         due = end + script.think_s(w);
     }
     SessionEnd::Completed
+}
+
+/// Prepares a query template; `$1` is typed int8 when it takes a key.
+pub async fn prepare(client: &tokio_postgres::Client, q: &QueryTemplate) -> Result<Statement, tokio_postgres::Error> {
+    let types: &[Type] = if q.key_range > 0 { &[Type::INT8] } else { &[] };
+    client.prepare_typed(&q.sql, types).await
+}
+
+/// Runs a prepared template, binding `param` to `$1` when it takes a key.
+pub async fn execute(
+    client: &tokio_postgres::Client,
+    st: &Statement,
+    q: &QueryTemplate,
+    param: i64,
+) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+    if q.key_range > 0 {
+        client.query(st, &[&param]).await
+    } else {
+        client.query(st, &[]).await
+    }
 }
 
 /// Applies the fault schedule at its times (blocking cluster calls run on
