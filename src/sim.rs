@@ -37,8 +37,6 @@ pub struct SimInput<'a> {
 pub struct SimOutcome {
     /// Sessions still open per class.
     pub in_flight: [u64; 2],
-    /// Events processed (for benchmarks).
-    pub events: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -109,7 +107,6 @@ struct Sim<'a, 'c> {
     servers: Vec<Server>,
     clients: Vec<ClientState>,
     sessions: u64,
-    processed: u64,
     detector: Detector,
 }
 
@@ -128,7 +125,7 @@ pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
         .into_iter()
         .map(|script| ClientState { script, state: State::Idle { resume: None }, session: 0, session_start: 0.0, intended: 0.0, sent: 0.0, qseq: 0 })
         .collect();
-    let mut sim = Sim { input, col, now: 0.0, seq: 0, queue: BinaryHeap::new(), servers, clients, sessions: 0, processed: 0, detector: Detector::new(k) };
+    let mut sim = Sim { input, col, now: 0.0, seq: 0, queue: BinaryHeap::new(), servers, clients, sessions: 0, detector: Detector::new(k) };
     sim.start();
     while let Some(Reverse((t, _, ev))) = sim.queue.pop() {
         let t = f64::from_bits(t);
@@ -136,7 +133,6 @@ pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
             break;
         }
         sim.now = t;
-        sim.processed += 1;
         sim.handle(ev);
     }
     sim.now = sim.input.duration_s;
@@ -147,7 +143,7 @@ pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
             in_flight[c.script.class.idx()] += 1;
         }
     }
-    SimOutcome { in_flight, events: sim.processed }
+    SimOutcome { in_flight }
 }
 
 impl Sim<'_, '_> {

@@ -259,11 +259,6 @@ impl Collector {
         last.end_s = last.end_s.min(end).max(last.start_s + 1e-3);
     }
 
-    /// The phases this collector bins into.
-    pub fn phases(&self) -> &[Phase] {
-        &self.phases
-    }
-
     fn second(&self, t_s: f64) -> usize {
         (t_s.max(0.0) as usize).min(self.seconds.len() - 1)
     }
