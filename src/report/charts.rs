@@ -7,8 +7,10 @@
 //! its legend in a strip on its right so that it never hides data. Colours
 //! are constants shared with the page, so a class looks the same everywhere.
 
+mod bars;
 mod timeline;
 
+pub use bars::{spread_bars, BarPanel, BarSeries};
 pub use timeline::roles;
 
 use crate::core::metrics::{PhaseRow, ReplicaRow, SeriesRow};
