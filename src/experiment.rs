@@ -399,6 +399,7 @@ pub fn experiment(args: ExperimentArgs) -> Result<(), Error> {
     write_atomic(&root.join("experiment.csv"), &experiment_csv(&file.cells).context("experiment.csv")?)?;
     write_atomic(&root.join("figures.json"), &(serde_json::to_string_pretty(&figures).context("figures.json")? + "\n"))?;
     eprintln!("wrote {}", root.display());
+    crate::archive::refresh_after(&root);
     if !args.common.quiet {
         print!("{}", render_figures(&figures));
     }
