@@ -133,14 +133,16 @@ struct Entry {
     name: String,
     link: minijinja::Value,
     link_text: &'static str,
-    strategies: String,
-    mixes: String,
-    faults: String,
+    strategies: Vec<String>,
+    mixes: Vec<String>,
+    faults: Vec<String>,
     clients: String,
     cluster: String,
     scale: String,
     runs: usize,
     partial: bool,
+    /// Which cells the figures of an experiment come from.
+    figures_of: String,
     figures: Vec<Figures>,
 }
 
@@ -160,7 +162,7 @@ fn entry(root: &Path, dir: &Path, f: &Folder) -> Entry {
     let (target, link_text) = ["report.html", "experiment.json", "summary.json", "experiment.csv"]
         .into_iter()
         .find(|t| dir.join(t).is_file())
-        .map_or(("", "folder"), |t| (t, if t == "report.html" { "report" } else { "data" }));
+        .map_or(("", "folder"), |t| (t, if t == "report.html" { "report" } else { t }));
     let i = &f.info;
     Entry {
         sort_key: (secs, nanos),
@@ -174,14 +176,18 @@ fn entry(root: &Path, dir: &Path, f: &Folder) -> Entry {
         // Safe: percent-encoding leaves only [A-Za-z0-9-._~%/].
         link: minijinja::Value::from_safe_string(href(&rel.join(target))),
         link_text,
-        strategies: i.strategies.join(", "),
-        mixes: i.mixes.join(", "),
-        faults: i.faults.join(", "),
+        strategies: i.strategies.clone(),
+        mixes: i.mixes.clone(),
+        faults: i.faults.clone(),
         clients: i.clients.map_or("–".into(), |t| t.to_string()),
         cluster: i.cluster.clone(),
         scale: i.time_scale.map_or("–".into(), |x| format!("{x}×")),
         runs: i.runs,
         partial: i.partial,
+        figures_of: match (f.kind, f.selections().first()) {
+            (Kind::Experiment, Some(s)) => format!("figures: medians of {}, {}", s.mix, s.faults),
+            _ => String::new(),
+        },
         figures: figures(f),
     }
 }
@@ -242,7 +248,7 @@ fn cell_figures(f: &Folder, sel: &Selection) -> Figures {
     };
     let label = match f.kind {
         Kind::Run => String::new(),
-        Kind::Experiment => format!("{} ({}, {})", sel.strategy, sel.mix, sel.faults),
+        Kind::Experiment => sel.strategy.clone(),
     };
     Figures {
         label,

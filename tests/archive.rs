@@ -101,7 +101,8 @@ fn archive_lists_runs_and_experiments_newest_first_with_working_links() {
         assert!(html.contains(when), "{when}");
     }
     assert_eq!(html.matches("<tr class=\"entry\">").count(), 3);
-    assert!(html.contains("plb (50:50, premium-fault):") && html.contains("lc (50:50, premium-fault):"));
+    assert!(html.contains("figures: medians of 50:50, premium-fault"));
+    assert!(html.contains("<span class=\"label\">plb:</span>") && html.contains("<span class=\"label\">lc:</span>"));
     assert!(html.contains("2 runs") && html.contains("down1 (K+=4)"));
     let no_svg_ns = html.replace(r#"xmlns="http://www.w3.org/2000/svg""#, "");
     for needle in ["http://", "https://", "<link", "<script", " src="] {

@@ -80,6 +80,7 @@ fn describe(f: &Folder) -> String {
     let mut parts = vec![
         match f.kind {
             Kind::Run => "run".to_string(),
+            Kind::Experiment if i.runs == 0 => "experiment".to_string(),
             Kind::Experiment => format!("experiment of {} runs", i.runs),
         },
         i.strategies.join(","),
@@ -194,7 +195,7 @@ pub fn markdown(r: &Report<'_>) -> String {
     }
     for g in r.groups {
         out.push_str(&format!("\n#### {}\n\n", md(&group_title(g))));
-        let mut header = vec!["phase", "K+", "class", "metric", "better"].iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let mut header = ["phase", "K+", "class", "metric", "better"].iter().map(|s| s.to_string()).collect::<Vec<_>>();
         for i in 0..r.folders.len() {
             header.push(label(i));
             if i > 0 {

@@ -156,7 +156,7 @@ impl Threshold {
                 if parts.len() != 3 || parts.iter().any(|p| p.is_empty()) {
                     return Err(ParseError::Selector(s.to_string()));
                 }
-                (any(parts[0]), any(parts[1]), any(parts[2]))
+                (wildcard(parts[0]), wildcard(parts[1]), wildcard(parts[2]))
             }
         };
         let fields: Vec<&str> = path.split('.').map(str::trim).collect();
@@ -172,7 +172,7 @@ impl Threshold {
         }
         let names: Vec<&str> = Metric::ALL.iter().map(|m| m.name()).collect();
         let metric = Metric::parse(metric).ok_or_else(|| ParseError::Metric(metric.to_string(), names.join(", ")))?;
-        Ok(Threshold { text: text.trim().to_string(), strategy, mix, faults, class, phase: any(phase), metric, op, limit })
+        Ok(Threshold { text: text.trim().to_string(), strategy, mix, faults, class, phase: wildcard(phase), metric, op, limit })
     }
 
     /// True when the selector admits `sel`.
@@ -183,7 +183,7 @@ impl Threshold {
 }
 
 /// `None` for the wildcard `*`.
-fn any(s: &str) -> Option<String> {
+fn wildcard(s: &str) -> Option<String> {
     (s != "*").then(|| s.to_string())
 }
 
@@ -368,10 +368,13 @@ mod tests {
         Threshold::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"))
     }
 
+    /// Expression, class, phase, metric, operator, limit, relative, selector.
+    type Case<'a> = (&'a str, Option<Class>, Option<&'a str>, Metric, Op, f64, bool, [Option<&'a str>; 3]);
+
     #[test]
     fn parses_the_grammar() {
         #[rustfmt::skip]
-        let cases: [(&str, Option<Class>, Option<&str>, Metric, Op, f64, bool, [Option<&str>; 3]); 10] = [
+        let cases: [Case; 10] = [
             ("premium.down2.p95_ms<+10%", Some(Class::P), Some("down2"), Metric::P95Ms, Op::Lt, 10.0, true, [None; 3]),
             ("premium.down1.retention>-0.05", Some(Class::P), Some("down1"), Metric::Retention, Op::Gt, -0.05, false, [None; 3]),
             ("freemium.baseline.goodput_qps>=-5%", Some(Class::F), Some("baseline"), Metric::GoodputQps, Op::Ge, -5.0, true, [None; 3]),
@@ -428,6 +431,62 @@ mod tests {
         assert!(Op::Ge.holds((120.0 / 100.0 - 1.0) * 100.0, 20.0));
         assert!(Op::Gt.holds(-0.04, -0.05) && !Op::Gt.holds(-0.06, -0.05));
         assert!(!Op::Lt.holds(f64::INFINITY, 10.0));
+    }
+
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![Just(Op::Lt), Just(Op::Le), Just(Op::Gt), Just(Op::Ge)]
+        }
+
+        fn field() -> impl Strategy<Value = String> {
+            prop_oneof![Just("*".to_string()), "[a-z0-9:_-]{1,10}"]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+            /// Any text parses or fails with one line, never a panic.
+            #[test]
+            fn never_panics(s in "\\PC{0,40}") {
+                if let Err(e) = Threshold::parse(&s) {
+                    prop_assert!(!e.to_string().contains('\n'));
+                }
+            }
+
+            /// Valid expressions, mutated by one inserted or deleted character, never panic.
+            #[test]
+            fn mutations_never_panic(pos in 0usize..60, c in any::<char>(), delete in any::<bool>()) {
+                let mut s: Vec<char> = "plb/25:75/cascade/premium.down2.p95_ms<=+10.5%".chars().collect();
+                let i = pos.min(s.len());
+                if delete && i < s.len() { s.remove(i); } else { s.insert(i, c); }
+                let s: String = s.into_iter().collect();
+                let _ = Threshold::parse(&s);
+            }
+
+            /// Printed expressions parse back to what they were built from.
+            #[test]
+            fn round_trips(sel in proptest::option::of((field(), field(), field())), class in 0usize..3,
+                           phase in "[a-z][a-z0-9_]{0,8}", m in 0usize..12, op in op(),
+                           value in 0u32..100_000, relative in any::<bool>(), negative in any::<bool>()) {
+                let metric = Metric::ALL[m];
+                let limit = Limit { value: f64::from(value) / 100.0 * if negative { -1.0 } else { 1.0 }, relative };
+                let class_text = ["premium", "freemium", "*"][class];
+                let prefix = sel.as_ref().map_or(String::new(), |(a, b, c)| format!("{a}/{b}/{c}/"));
+                let sign = if negative { "-" } else { "+" };
+                let text = format!("{prefix}{class_text}.{phase}.{metric}{op}{sign}{}{}", f64::from(value) / 100.0, if relative { "%" } else { "" });
+                let t = Threshold::parse(&text).map_err(|e| TestCaseError::fail(format!("{text}: {e}")))?;
+                prop_assert_eq!(t.class, [Some(Class::P), Some(Class::F), None][class]);
+                prop_assert_eq!(t.phase.as_deref(), Some(phase.as_str()));
+                prop_assert_eq!((t.metric, t.op), (metric, op));
+                prop_assert_eq!(t.limit.relative, limit.relative);
+                prop_assert!((t.limit.value - limit.value).abs() < 1e-9);
+                let want = sel.map_or((None, None, None), |(a, b, c)| (wildcard(&a), wildcard(&b), wildcard(&c)));
+                prop_assert_eq!((t.strategy, t.mix, t.faults), want);
+            }
+        }
     }
 
     fn folder(dir: &str, kind: Kind, cells: &[(&str, &str, Class, f64)]) -> Folder {
