@@ -48,7 +48,8 @@ pub struct CompareArgs {
     /// Also write a self-contained comparison page with charts to FILE.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
-    /// Metrics in the table, comma-separated
+    /// Metrics in the table, comma-separated, of goodput_qps, retention, p50_ms, p95_ms, p99_ms, inflation_p95,
+    /// lifetime_mean_s, lifetime_p95_s, errors, aborted_sessions, cpu_mean, cpu_cv
     /// [default: goodput_qps,retention,p95_ms,inflation_p95,lifetime_mean_s,aborted_sessions,cpu_mean,cpu_cv].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub metrics: Vec<String>,
