@@ -54,11 +54,7 @@ pub fn refresh_after(out: &Path) {
         return;
     }
     if let Err(e) = rebuild(root) {
-        let msg = match e {
-            Error::Input(m) => m,
-            Error::Run(e) => format!("{e:#}"),
-        };
-        eprintln!("plbbench: warning: cannot refresh {}: {msg}", root.join("index.html").display());
+        eprintln!("plbbench: warning: cannot refresh {}: {e:#}", root.join("index.html").display());
     }
 }
 

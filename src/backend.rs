@@ -10,6 +10,7 @@ use crate::core::schedule;
 use crate::driver::{self, DriverInput};
 use crate::error::Error;
 use crate::plan::Plan;
+use crate::report::summary::Verdict;
 use crate::run::BackendOutcome;
 use crate::sim::{self, SimInput};
 use anyhow::Context;
@@ -111,6 +112,8 @@ pub fn run_local(plan: &Plan, collector: Collector) -> Result<(Collector, Backen
         progress: !plan.args.common.quiet,
     };
     let (mut collector, out) = runtime.block_on(driver::run(input, cluster.clone(), collector));
+    let planned_end = out.interrupted_s.map_or(plan.duration_s, |t| t + driver::DRAIN.as_secs_f64());
+    let overrun_s = (out.ended_s - planned_end).max(0.0);
     if let Some(t) = out.interrupted_s {
         collector.truncate(t);
     }
@@ -125,9 +128,24 @@ pub fn run_local(plan: &Plan, collector: Collector) -> Result<(Collector, Backen
         partial: out.partial,
         postgres_version,
         cpu_budget_enforced,
-        verdicts: Vec::new(),
+        verdicts: vec![stop_verdict(overrun_s)],
+        interrupted_by: out.signal.map(String::from),
+        stop_overrun_s: Some(overrun_s),
     };
     Ok((collector, outcome))
+}
+
+/// Longest a real run may take to stop after its planned end (issue 4): the
+/// connect and query deadlines bound it even when a replica hangs.
+pub const STOP_WITHIN_S: f64 = 2.0;
+
+/// Whether every task stopped within [`STOP_WITHIN_S`] of the planned end.
+fn stop_verdict(overrun_s: f64) -> Verdict {
+    Verdict {
+        name: "stopped on time".into(),
+        ok: overrun_s <= STOP_WITHIN_S,
+        detail: format!("every session, probe and fault task stopped {overrun_s:.2} s after the planned end (limit {STOP_WITHIN_S} s)"),
+    }
 }
 
 /// Leaves a shared cluster as the run found it: every replica the schedule

@@ -73,6 +73,11 @@ pub struct DriverOutcome {
     /// Run time (seconds) of the first signal, when interrupted: no query
     /// started after it, and none recorded ends later than [`DRAIN`] after it.
     pub interrupted_s: Option<f64>,
+    /// The first signal, when interrupted (`SIGINT` or `SIGTERM`).
+    pub signal: Option<&'static str>,
+    /// Run time (seconds) when every task had stopped: the planned end (or
+    /// the signal plus the drain) plus however long stopping took.
+    pub ended_s: f64,
 }
 
 /// SIGINT and SIGTERM as one stream. Listening replaces their default
@@ -239,10 +244,11 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<LocalCluster>>, collecto
     }
     let _ = sampler.await;
     bar.finish_and_clear();
+    let ended_s = ctx.now();
     drop(ctx);
     let collector = collecting.await.expect("collector task");
-    let interrupted_s = interrupted.map(|i| i.1);
-    (collector, DriverOutcome { in_flight, partial: interrupted_s.is_some(), interrupted_s })
+    let (signal, interrupted_s) = (interrupted.map(|i| i.0), interrupted.map(|i| i.1));
+    (collector, DriverOutcome { in_flight, partial: interrupted_s.is_some(), interrupted_s, signal, ended_s })
 }
 
 /// Waits for every client; returns the sessions left open per class.

@@ -1,5 +1,7 @@
-//! The two ways plbbench fails, and their exit statuses: bad input (2),
-//! caught before anything starts, and a run that failed (1).
+//! The ways plbbench stops short, and their exit statuses: bad input (2),
+//! caught before anything starts; a run that failed (1); and a run stopped
+//! by SIGINT or SIGTERM (128 + the signal's number, as shells report it:
+//! 130 or 143), whose partial folder was still written and cleaned up after.
 
 /// A failure of the whole program.
 #[derive(Debug, thiserror::Error)]
@@ -10,6 +12,15 @@ pub enum Error {
     /// Something failed while running. Exit status 1.
     #[error(transparent)]
     Run(#[from] anyhow::Error),
+    /// Stopped by a signal (`SIGINT` or `SIGTERM`) after writing what was
+    /// measured. Exit status 128 + the signal number.
+    #[error("interrupted by {signal}: {detail}")]
+    Interrupted {
+        /// The first signal received, e.g. `SIGINT`.
+        signal: String,
+        /// What was kept.
+        detail: String,
+    },
 }
 
 impl Error {
@@ -18,6 +29,11 @@ impl Error {
         match self {
             Error::Input(_) => 2,
             Error::Run(_) => 1,
+            Error::Interrupted { signal, .. } => match signal.as_str() {
+                "SIGINT" => 130,
+                "SIGTERM" => 143,
+                _ => 1,
+            },
         }
     }
 }

@@ -366,7 +366,7 @@ fn settings_diff(kept: &Settings, wanted: &Settings) -> Vec<String> {
 }
 
 /// `plbbench experiment`: validates the grid, runs what is missing, and
-/// writes experiment.json, experiment.csv and figures.json.
+/// writes experiment.json, experiment.csv, figures.json and report.html.
 pub fn experiment(args: ExperimentArgs) -> Result<(), Error> {
     let root = args.out.clone().unwrap_or_else(|| {
         PathBuf::from("reports").join(format!("{}-experiment", chrono::Utc::now().format("%Y%m%dT%H%M%SZ")))
@@ -398,6 +398,8 @@ pub fn experiment(args: ExperimentArgs) -> Result<(), Error> {
     write_atomic(&root.join("experiment.json"), &(serde_json::to_string_pretty(&file).context("experiment.json")? + "\n"))?;
     write_atomic(&root.join("experiment.csv"), &experiment_csv(&file.cells).context("experiment.csv")?)?;
     write_atomic(&root.join("figures.json"), &(serde_json::to_string_pretty(&figures).context("figures.json")? + "\n"))?;
+    let html = crate::report::experiment_html::render(&file, &figures).context("rendering the experiment's report.html")?;
+    write_atomic(&root.join("report.html"), &html)?;
     eprintln!("wrote {}", root.display());
     crate::archive::refresh_after(&root);
     if !args.common.quiet {
@@ -426,12 +428,12 @@ fn execute_pending(grid: &[GridRun], states: Vec<RunState>, pending: usize, quie
             other => other,
         });
         let result = result?;
-        if result.summary.partial {
+        if let Some(signal) = result.summary.interrupted_by {
             bar.abandon();
-            return Err(Error::Run(anyhow::anyhow!(
-                "run {} was interrupted; rerun the same command to resume the experiment",
-                run.name
-            )));
+            return Err(Error::Interrupted {
+                signal,
+                detail: format!("run {} is partial; rerun the same command to resume the experiment", run.name),
+            });
         }
         out.push((result.summary, false));
         bar.inc(1);

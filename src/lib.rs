@@ -32,7 +32,13 @@ pub fn run(cli: Cli) -> Result<(), Error> {
             eprintln!("wrote {}", plan.out.display());
             archive::refresh_after(&plan.out);
             print_headline(&out.summary);
-            Ok(())
+            match out.summary.interrupted_by {
+                Some(signal) => Err(Error::Interrupted {
+                    signal,
+                    detail: format!("partial run folder written to {}", plan.out.display()),
+                }),
+                None => Ok(()),
+            }
         }
         Command::Roles(args) => roles(&args.reference),
         Command::Experiment(args) => experiment::experiment(args),

@@ -27,6 +27,10 @@ pub struct BackendOutcome {
     pub cpu_budget_enforced: bool,
     /// Extra verdicts (detection, saturation, ...).
     pub verdicts: Vec<Verdict>,
+    /// The first signal, when interrupted.
+    pub interrupted_by: Option<String>,
+    /// Real backends: how long stopping took past the planned end.
+    pub stop_overrun_s: Option<f64>,
 }
 
 /// The result of one run.
@@ -47,6 +51,19 @@ pub fn execute(plan: &Plan) -> Result<RunOutput, Error> {
         ClusterKind::Local => backend::run_local(plan, collector)?,
         other => return Err(Error::Input(format!("--cluster: the `{}` backend is not available yet", other.name()))),
     };
+    conclude(plan, collector, outcome, started, clock)
+}
+
+/// Closes the books on a run: cuts the metrics, checks the accounting (a
+/// violation is an error, exit status 1, and nothing is written), then
+/// writes the run folder atomically.
+pub fn conclude(
+    plan: &Plan,
+    collector: Collector,
+    outcome: BackendOutcome,
+    started: chrono::DateTime<chrono::Utc>,
+    clock: Instant,
+) -> Result<RunOutput, Error> {
     let metrics = collector.finish(&|p, r| plan.up_during(p, r), outcome.in_flight);
     metrics.check_accounting().map_err(|e| Error::Run(e.into()))?;
     let summary = summarise(plan, &metrics, outcome, started, clock.elapsed().as_secs_f64());
@@ -133,6 +150,8 @@ fn summarise(
         accounting,
         verdicts,
         wall_s: (wall_s * 1000.0).round() / 1000.0,
+        interrupted_by: outcome.interrupted_by.clone(),
+        stop_overrun_s: outcome.stop_overrun_s.map(|s| (s * 1000.0).round() / 1000.0),
     }
 }
 

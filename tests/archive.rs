@@ -91,7 +91,7 @@ fn archive_lists_runs_and_experiments_newest_first_with_working_links() {
     let links = links(&html);
     assert_eq!(
         links,
-        ["./examples/new-rr/report.html", "./nested/deeper/exp/experiment.json", "./old-plb-25:75/report.html"],
+        ["./examples/new-rr/report.html", "./nested/deeper/exp/report.html", "./old-plb-25:75/report.html"],
         "newest first by recorded start"
     );
     for l in &links {

@@ -23,402 +23,15 @@
 
 mod common;
 use common::have_postgres;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use common::run::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
-use plbbench::cluster::local::LocalCluster;
 use serde_json::Value;
-
-/// Replicas of every run here (the default K).
-const K: usize = 5;
-/// The driver's drain after a first signal (`plbbench::driver::DRAIN`).
-const DRAIN_S: f64 = 2.0;
-/// How long a run may take before the test kills it and fails: cluster up
-/// (initdb, dataset scale 0.05, copy: ~5-20 s here) + at most 60 s of run +
-/// teardown, with ample room for a slow, shared 2-core machine.
-const RUN_LIMIT: Duration = Duration::from_secs(300);
-/// A signalled run must be gone this soon (the task's promise).
-const EXIT_AFTER_SIGNAL: Duration = Duration::from_secs(10);
-
-
-/// One real run at a time: each drives five replicas with 0.3 cores of
-/// quota each (1.5 cores) plus T=1000 clients; on a 2-core machine two at
-/// once would starve each other and distort the timings under test.
-fn serial() -> MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-// ----- sandbox, child process, observation -----
-
-/// A private directory tree for one run: `local` (PLBBENCH_STATE_DIR, never
-/// created: no shared cluster there), `run` (the run's own cluster), `out`
-/// (the run folder) and the child's stdout/stderr. On drop, whatever cluster
-/// a failed run left is torn down; the tree is removed unless the test
-/// failed (then it is kept for inspection and its path printed).
-struct Sandbox {
-    root: PathBuf,
-}
-
-impl Sandbox {
-    fn new(tag: &str) -> Sandbox {
-        let root =
-            std::env::temp_dir().join(format!("plbbench-run-{tag}-{}-{:08x}", std::process::id(), rand::random::<u32>()));
-        std::fs::create_dir_all(&root).unwrap();
-        Sandbox { root }
-    }
-    fn state_dir(&self) -> PathBuf {
-        self.root.join("local")
-    }
-    fn run_dir(&self) -> PathBuf {
-        self.root.join("run")
-    }
-    fn out(&self) -> PathBuf {
-        self.root.join("out")
-    }
-    fn stderr(&self) -> String {
-        std::fs::read_to_string(self.root.join("stderr.txt")).unwrap_or_default()
-    }
-}
-
-impl Drop for Sandbox {
-    fn drop(&mut self) {
-        if let Err(e) = LocalCluster::cleanup_stale(&self.run_dir()) {
-            eprintln!("sandbox {}: cleanup: {e}", self.root.display());
-        }
-        if std::thread::panicking() {
-            eprintln!("kept {} for inspection", self.root.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.root);
-        }
-    }
-}
-
-/// What the test saw while the run was going.
-#[derive(Debug, Default)]
-struct Observed {
-    /// Every cgroup directory the cluster's state file named.
-    cgroups: BTreeSet<PathBuf>,
-    /// When all K replica postmasters were first seen running.
-    replicas_up: Option<Instant>,
-}
-
-/// A `plbbench run` child and what was seen of it.
-struct Running<'a> {
-    sb: &'a Sandbox,
-    child: Child,
-    started: Instant,
-    seen: Observed,
-}
-
-impl<'a> Running<'a> {
-    /// Starts `plbbench run --cluster local` in `sb` with `args` added.
-    fn start(sb: &'a Sandbox, args: &[&str]) -> Running<'a> {
-        let file = |n: &str| Stdio::from(std::fs::File::create(sb.root.join(n)).unwrap());
-        let child = Command::new(env!("CARGO_BIN_EXE_plbbench"))
-            .args(["run", "--cluster", "local", "--strategy", "plb", "--faults", "premium-fault", "-q", "--out"])
-            .arg(sb.out())
-            .args(args)
-            .env("PLBBENCH_STATE_DIR", sb.state_dir())
-            .stdin(Stdio::null())
-            .stdout(file("stdout.txt"))
-            .stderr(file("stderr.txt"))
-            .spawn()
-            .unwrap();
-        Running { sb, child, started: Instant::now(), seen: Observed::default() }
-    }
-
-    fn pid(&self) -> Pid {
-        Pid::from_raw(self.child.id() as i32)
-    }
-
-    /// Records the cgroups named in the state file and whether every
-    /// replica's postmaster runs.
-    fn observe(&mut self) {
-        let run = self.sb.run_dir();
-        if let Ok(text) = std::fs::read_to_string(run.join("cluster.json")) {
-            if let Ok(v) = serde_json::from_str::<Value>(&text) {
-                self.seen.cgroups.extend(cgroup_dirs(&v));
-            }
-        }
-        if self.seen.replicas_up.is_none() {
-            let datas: Vec<String> = (1..=K).map(|r| run.join(format!("r{r}/data")).display().to_string()).collect();
-            let cmds: Vec<String> = processes().into_iter().map(|p| p.1).collect();
-            if datas.iter().all(|d| cmds.iter().any(|c| c.contains(&format!("-D {d} ")))) {
-                self.seen.replicas_up = Some(Instant::now());
-            }
-        }
-    }
-
-    /// Polls until `until` holds (`None`) or the child exits (its status);
-    /// kills the child and fails once `limit` has passed since its start.
-    fn poll(&mut self, limit: Duration, until: impl Fn(&Observed) -> bool) -> Option<ExitStatus> {
-        loop {
-            self.observe();
-            if let Some(st) = self.child.try_wait().unwrap() {
-                return Some(st);
-            }
-            if until(&self.seen) {
-                return None;
-            }
-            if self.started.elapsed() > limit {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!("plbbench run still going after {limit:?}; killed. stderr:\n{}", self.sb.stderr());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Waits for the child to exit (bounded by `limit` from its start).
-    fn finish(&mut self, limit: Duration) -> ExitStatus {
-        self.poll(limit, |_| false).expect("exited")
-    }
-}
-
-/// Cgroup directories in a `cluster.json` (`cgroups.parents` and every
-/// replica's `cpu`, `cpuacct`, `freezer`).
-fn cgroup_dirs(state: &Value) -> Vec<PathBuf> {
-    let cg = &state["cgroups"];
-    let mut out: Vec<PathBuf> = Vec::new();
-    let mut push = |v: &Value| {
-        if let Some(s) = v.as_str() {
-            out.push(PathBuf::from(s));
-        }
-    };
-    cg["parents"].as_array().into_iter().flatten().for_each(&mut push);
-    for r in cg["replicas"].as_array().into_iter().flatten() {
-        ["cpu", "cpuacct", "freezer"].iter().for_each(|k| push(&r[*k]));
-    }
-    out
-}
-
-/// `(pid, command line, working directory)` of every process but this one.
-fn processes() -> Vec<(u32, String, PathBuf)> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-            let raw = std::fs::read(e.path().join("cmdline")).ok()?;
-            let cmd = String::from_utf8_lossy(&raw).replace('\0', " ");
-            let cwd = std::fs::read_link(e.path().join("cwd")).unwrap_or_default();
-            (pid != std::process::id()).then_some((pid, cmd, cwd))
-        })
-        .collect()
-}
-
-/// Processes whose command line mentions `dir` or that run inside it (a
-/// PostgreSQL backend's command line is `postgres: ...`, but its working
-/// directory is its data directory).
-fn processes_in(dir: &Path) -> Vec<(u32, String)> {
-    let needle = dir.display().to_string();
-    processes()
-        .into_iter()
-        .filter(|(_, cmd, cwd)| cmd.contains(&needle) || cwd.starts_with(dir))
-        .map(|(p, c, _)| (p, c))
-        .collect()
-}
-
-/// Directories named like `name` anywhere below `/sys/fs/cgroup/<hierarchy>/`
-/// (plbbench creates `plbbench-<id>` below its own cgroup, so not only at
-/// the top), down to a few levels.
-fn cgroups_named(name: &str) -> Vec<PathBuf> {
-    fn walk(dir: &Path, name: &str, depth: usize, out: &mut Vec<PathBuf>) {
-        let Ok(rd) = std::fs::read_dir(dir) else { return };
-        for e in rd.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                if e.file_name().to_string_lossy() == name {
-                    out.push(e.path());
-                } else if depth > 0 {
-                    walk(&e.path(), name, depth - 1, out);
-                }
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(Path::new("/sys/fs/cgroup"), name, 4, &mut out);
-    out
-}
-
-/// Check (c): no process in the sandbox, no cluster directory, and none of
-/// the cgroups the run created, by path or by name in any hierarchy.
-fn assert_cleaned_up(sb: &Sandbox, seen: &Observed, budget_enforced: bool) {
-    let left = processes_in(&sb.root);
-    assert!(left.is_empty(), "processes left running: {left:?}");
-    assert!(!sb.run_dir().exists(), "{} left behind", sb.run_dir().display());
-    assert!(!sb.state_dir().exists(), "{} was created", sb.state_dir().display());
-    assert_eq!(!seen.cgroups.is_empty(), budget_enforced, "cgroups seen {:?} vs cpu_budget_enforced", seen.cgroups);
-    let ids: BTreeSet<String> = seen
-        .cgroups
-        .iter()
-        .flat_map(|p| p.iter().map(|c| c.to_string_lossy().into_owned()))
-        .filter(|c| c.starts_with("plbbench-"))
-        .collect();
-    assert_eq!(ids.is_empty(), seen.cgroups.is_empty(), "cgroups not named plbbench-<id>: {:?}", seen.cgroups);
-    for g in &seen.cgroups {
-        assert!(!g.exists(), "cgroup {} left behind", g.display());
-    }
-    for id in &ids {
-        assert!(cgroups_named(id).is_empty(), "cgroup {id} left behind: {:?}", cgroups_named(id));
-    }
-}
-
-// ----- reading a run folder -----
-
-type Row = HashMap<String, String>;
-
-/// The run folder's files, parsed without the crate's own types.
-struct Folder {
-    summary: Value,
-    phases: Vec<Row>,
-    series: Vec<Row>,
-    replicas: Vec<Row>,
-    events: Vec<Row>,
-    queries: Vec<Query>,
-}
-
-/// A row of queries.csv, times in seconds.
-#[derive(Clone, Debug)]
-struct Query {
-    session: u64,
-    class: String,
-    replica: String,
-    intended: f64,
-    start: f64,
-    end: f64,
-    ok: bool,
-    error: String,
-}
-
-/// Column lists of design.md §5 (a public contract: columns may only be
-/// added at the end).
-const CONTRACT: &[(&str, &[&str])] = &[
-    (
-        "phases.csv",
-        &[
-            "phase", "start_s", "end_s", "survivors", "class", "completed", "goodput_qps", "retention", "p50_ms",
-            "p95_ms", "p99_ms", "inflation_p95", "sessions_ended", "lifetime_mean_s", "lifetime_p95_s", "errors",
-            "aborted_sessions", "cpu_mean", "cpu_cv",
-        ],
-    ),
-    ("timeseries.csv", &["t_s", "class", "completed", "goodput_qps", "p95_ms", "active_sessions"]),
-    ("replicas.csv", &["t_s", "replica", "up", "role", "cpu_fraction", "active_p", "active_f"]),
-    ("events.csv", &["t_s", "kind", "replica", "detail"]),
-    ("queries.csv", &["session", "class", "replica", "intended_us", "start_us", "end_us", "ok", "error"]),
-];
-
-fn read_csv(dir: &Path, name: &str) -> Vec<Row> {
-    let path = dir.join(name);
-    let mut r = csv::Reader::from_path(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let header: Vec<String> = r.headers().unwrap().iter().map(String::from).collect();
-    let want = CONTRACT.iter().find(|c| c.0 == name).expect("contract").1;
-    assert!(header.len() >= want.len() && header[..want.len()] == *want, "{name} columns: {header:?}");
-    r.deserialize().map(|row| row.unwrap()).collect()
-}
-
-fn num(row: &Row, col: &str) -> f64 {
-    row[col].parse().unwrap_or_else(|_| panic!("{col}={:?} in {row:?}", row[col]))
-}
-
-impl Folder {
-    /// Reads the folder; every file of the contract must be there and
-    /// non-empty (`queries.csv` because every run here uses `--raw`).
-    fn read(dir: &Path) -> Folder {
-        for f in ["report.html", "summary.json", "config.toml", "phases.csv", "timeseries.csv", "replicas.csv"] {
-            let len = std::fs::metadata(dir.join(f)).map(|m| m.len()).unwrap_or(0);
-            assert!(len > 0, "{f} missing or empty in {}", dir.display());
-        }
-        let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
-        assert!(html.contains("<svg") && html.trim_end().ends_with("</html>"), "report.html is not a whole page");
-        toml::from_str::<toml::Value>(&std::fs::read_to_string(dir.join("config.toml")).unwrap()).expect("config.toml");
-        let summary: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
-        let us = |r: &Row, c: &str| num(r, c) / 1e6;
-        let queries = read_csv(dir, "queries.csv")
-            .iter()
-            .map(|r| Query {
-                session: r["session"].parse().unwrap(),
-                class: r["class"].clone(),
-                replica: r["replica"].clone(),
-                intended: us(r, "intended_us"),
-                start: us(r, "start_us"),
-                end: us(r, "end_us"),
-                ok: r["ok"].parse().unwrap(),
-                error: r["error"].clone(),
-            })
-            .collect();
-        Folder {
-            summary,
-            phases: read_csv(dir, "phases.csv"),
-            series: read_csv(dir, "timeseries.csv"),
-            replicas: read_csv(dir, "replicas.csv"),
-            events: read_csv(dir, "events.csv"),
-            queries,
-        }
-    }
-
-    fn account(&self, class: &str) -> &Value {
-        let a = self.summary["accounting"].as_array().expect("accounting");
-        a.iter().find(|x| x["class"] == class).unwrap_or_else(|| panic!("no accounting for {class}"))
-    }
-
-    /// `(t_s, detail)` of events of `kind` on `replica` (`""` for none).
-    fn events_of(&self, kind: &str, replica: &str) -> Vec<(f64, String)> {
-        self.events
-            .iter()
-            .filter(|e| e["kind"] == kind && e["replica"] == replica)
-            .map(|e| (num(e, "t_s"), e["detail"].clone()))
-            .collect()
-    }
-}
-
-/// Figures that must agree across files, per class: completed queries in
-/// phases.csv = timeseries.csv = ok rows of queries.csv, errors = failed
-/// rows, and sessions started = completed + aborted + in flight.
-fn assert_consistent(f: &Folder) {
-    for class in ["P", "F"] {
-        let sum = |rows: &[Row], col: &str| -> u64 {
-            rows.iter().filter(|r| r["class"] == class).map(|r| r[col].parse::<u64>().unwrap()).sum()
-        };
-        let completed = sum(&f.phases, "completed");
-        assert_eq!(completed, sum(&f.series, "completed"), "class {class}: phases.csv vs timeseries.csv");
-        let ok = f.queries.iter().filter(|q| q.class == class && q.ok).count() as u64;
-        let failed = f.queries.iter().filter(|q| q.class == class && !q.ok).count() as u64;
-        assert_eq!((completed, sum(&f.phases, "errors")), (ok, failed), "class {class}: phases.csv vs queries.csv");
-        let a = f.account(class);
-        let started = a["sessions_started"].as_u64().unwrap();
-        let in_flight = a["sessions_in_flight"].as_u64().unwrap();
-        let (ended, aborted) = (sum(&f.phases, "sessions_ended"), sum(&f.phases, "aborted_sessions"));
-        assert_eq!(started, ended + aborted + in_flight, "class {class}: started vs ended + aborted + in flight");
-        let abort_total: u64 = a["aborts"].as_array().unwrap().iter().map(|x| x[1].as_u64().unwrap()).sum();
-        assert_eq!(abort_total, aborted, "class {class}: summary aborts vs phases.csv");
-    }
-}
-
-/// Per session: one class, one replica (routing is non-migratory), queries
-/// one after another (a query recorded twice would overlap itself), each
-/// sent no earlier than it was due, and `ok` exactly when `error` is empty.
-fn assert_sessions_well_formed(queries: &[Query]) {
-    let mut by_session: BTreeMap<u64, Vec<&Query>> = BTreeMap::new();
-    for q in queries {
-        by_session.entry(q.session).or_default().push(q);
-        assert_eq!(q.ok, q.error.is_empty(), "{q:?}");
-        assert!(q.intended <= q.start + 1e-6 && q.start <= q.end, "times out of order: {q:?}");
-    }
-    for (s, mut qs) in by_session {
-        qs.sort_by(|a, b| a.start.total_cmp(&b.start));
-        assert!(qs.iter().all(|q| q.class == qs[0].class && q.replica == qs[0].replica), "session {s} moved: {qs:?}");
-        for w in qs.windows(2) {
-            assert!(w[1].start >= w[0].end - 1e-6, "session {s}: overlapping or repeated queries {:?}", w);
-        }
-        assert!(qs[..qs.len() - 1].iter().all(|q| q.ok), "session {s} went on after a failed query: {qs:?}");
-    }
-}
 
 // ----- (b) detection and routing, as a pure check -----
 
@@ -567,7 +180,7 @@ fn fault_run() -> &'static FaultRun {
     RUN.get_or_init(|| {
         let _one = serial();
         let sb = Sandbox::new("fault");
-        let mut run = Running::start(&sb, &["--time-scale", "0.2", "--raw"]);
+        let mut run = Running::start(&sb, "premium-fault", &["--time-scale", "0.2", "--raw"]);
         let status = run.finish(RUN_LIMIT);
         let wall = run.started.elapsed();
         let ids: BTreeSet<String> = run
@@ -696,7 +309,7 @@ fn interrupted(tag: &str, signals: &[(Duration, Signal)]) -> Option<(Folder, Vec
     }
     let _one = serial();
     let sb = Sandbox::new(tag);
-    let mut run = Running::start(&sb, &["--time-scale", "0.2", "--raw"]);
+    let mut run = Running::start(&sb, "premium-fault", &["--time-scale", "0.2", "--raw"]);
     if let Some(st) = run.poll(RUN_LIMIT, |o| o.replicas_up.is_some()) {
         panic!("run exited ({st}) before its cluster was up:\n{}", sb.stderr());
     }
@@ -714,8 +327,11 @@ fn interrupted(tag: &str, signals: &[(Duration, Signal)]) -> Option<(Folder, Vec
     let took = first.elapsed();
     eprintln!("{tag}: exited {:.1} s after the first signal ({status})", took.as_secs_f64());
     assert!(status.code().is_some(), "killed by a signal instead of stopping: {status}\n{}", sb.stderr());
-    // 0 today; 130/143 (128 + signal) would also be a conventional choice.
-    assert!(matches!(status.code(), Some(0 | 130 | 143)), "interrupted run failed ({status}):\n{}", sb.stderr());
+    // 128 + the first signal's number, as a shell reports a killed program
+    // (130 SIGINT, 143 SIGTERM), though the folder was written.
+    let want = 128 + signals[0].1 as i32;
+    assert_eq!(status.code(), Some(want), "exit status after {}:\n{}", signals[0].1, sb.stderr());
+    assert!(sb.stderr().contains(&format!("interrupted by {}", signals[0].1)), "stderr:\n{}", sb.stderr());
     assert!(took <= EXIT_AFTER_SIGNAL, "took {took:?} to exit after the signal");
     let f = Folder::read(&sb.out());
     assert_eq!(f.summary["partial"], Value::Bool(true));

@@ -1,13 +1,15 @@
 //! The outputs of `plbbench compare`: an aligned text table for terminals
 //! and CI logs, a Markdown table for pull-request comments, JSON for tools,
 //! and a self-contained HTML page with charts (minijinja template
-//! `templates/compare.html`, SVG bars from `report::charts::compare_bars`).
+//! `templates/compare.html`, SVG bars from `report::charts::spread_bars`).
 //! Rendering only: every number comes from the pure comparison model.
 
 use crate::compare::model::{Better, Delta, Folder, Group, Kind, Metric, Row, Value, Verdict};
 use crate::compare::threshold::Check;
 use crate::core::model::Class;
-use crate::report::charts::{self, sig3, Bar, ChartError};
+use crate::report::charts::{self, sig3, BarPanel, BarSeries, ChartError};
+use crate::stats::Spread;
+use plotters::style::RGBColor;
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Serialize;
 
@@ -16,6 +18,23 @@ const TEMPLATE: &str = include_str!("../../templates/compare.html");
 
 /// A missing number.
 const DASH: &str = "–";
+
+/// One colour per compared folder on the page (the baseline dark grey),
+/// cycled beyond eight; none is a class colour, as each chart is of one class.
+const FOLDER_COLOURS: [RGBColor; 8] = [
+    RGBColor(0x5f, 0x63, 0x68),
+    RGBColor(0x2c, 0xa0, 0x2c),
+    RGBColor(0x94, 0x67, 0xbd),
+    RGBColor(0x17, 0xbe, 0xcf),
+    RGBColor(0x8c, 0x56, 0x4b),
+    RGBColor(0xe3, 0x77, 0xc2),
+    RGBColor(0xbc, 0xbd, 0x22),
+    RGBColor(0xd6, 0x27, 0x28),
+];
+
+fn folder_colour(i: usize) -> RGBColor {
+    FOLDER_COLOURS[i % FOLDER_COLOURS.len()]
+}
 
 /// Everything one comparison shows.
 pub struct Report<'a> {
@@ -329,18 +348,25 @@ pub enum HtmlError {
 
 /// The self-contained comparison page.
 pub fn html(r: &Report<'_>) -> Result<String, HtmlError> {
-    let labels: Vec<String> = (0..r.folders.len()).map(|i| format!("{}: {}", label(i), r.folders[i].dir)).collect();
+    let labels: Vec<String> = r.folders.iter().enumerate().map(|(i, f)| format!("{}: {}", label(i), short_name(&f.dir))).collect();
     let folders = r
         .folders
         .iter()
         .enumerate()
-        .map(|(i, f)| PageFolder { label: label(i), dir: f.dir.clone(), describe: describe(f), colour: charts::hex(charts::series_colour(i)) })
+        .map(|(i, f)| PageFolder { label: label(i), dir: f.dir.clone(), describe: describe(f), colour: charts::hex(folder_colour(i)) })
         .collect();
     let mut groups = Vec::with_capacity(r.groups.len());
     for g in r.groups {
         let mut svgs = Vec::new();
         for class in Class::ALL {
-            let svg = charts::compare_bars(class, &phase_names(g), &labels, &bars(g, class, Metric::GoodputQps), &bars(g, class, Metric::P95Ms))?;
+            let panel = |m: Metric, y_desc: &str| BarPanel {
+                y_desc: y_desc.into(),
+                groups: phase_names(g),
+                series: series(g, class, m, &labels),
+                reference: None,
+            };
+            let name = if class == Class::P { "Premium comparison" } else { "Freemium comparison" };
+            let svg = charts::spread_bars(name, &[panel(Metric::GoodputQps, "goodput (queries/s)"), panel(Metric::P95Ms, "p95 latency (ms)")])?;
             svgs.push(minijinja::Value::from_safe_string(svg));
         }
         groups.push(PageGroup { title: group_title(g), charts: svgs, rows: page_rows(g) });
@@ -354,23 +380,38 @@ pub fn html(r: &Report<'_>) -> Result<String, HtmlError> {
     Ok(env.get_template("compare.html")?.render(&page)?)
 }
 
-fn phase_names(g: &Group) -> Vec<String> {
-    g.phases.iter().map(|(p, k)| format!("{p} (K+={k})")).collect()
+/// The folder's last path component, cut to fit a chart legend.
+fn short_name(dir: &str) -> String {
+    let name = std::path::Path::new(dir).file_name().map_or(dir.to_string(), |n| n.to_string_lossy().into_owned());
+    if name.chars().count() <= 16 {
+        name
+    } else {
+        name.chars().take(15).collect::<String>() + "…"
+    }
 }
 
-/// Per phase, one bar per folder of metric `m` of `class` (with quartiles for experiments).
-fn bars(g: &Group, class: Class, m: Metric) -> Vec<Vec<Bar>> {
-    g.phases
+fn phase_names(g: &Group) -> Vec<String> {
+    g.phases.iter().map(|(p, _)| p.clone()).collect()
+}
+
+/// One bar series per folder of metric `m` of `class`, one value per phase
+/// (an experiment's median with its quartiles, a run's value alone).
+fn series(g: &Group, class: Class, m: Metric, labels: &[String]) -> Vec<BarSeries> {
+    labels
         .iter()
-        .map(|(p, _)| {
-            let row = g.rows.iter().find(|r| &r.phase == p && r.class == Some(class) && r.metric == m);
-            let n = g.columns.len();
-            (0..n)
-                .map(|i| {
-                    let v = row.and_then(|r| r.values[i]);
-                    Bar { value: v.and_then(|v| v.value), q1: v.and_then(|v| v.q1), q3: v.and_then(|v| v.q3) }
+        .enumerate()
+        .map(|(i, label)| BarSeries {
+            label: label.clone(),
+            colour: folder_colour(i),
+            values: g
+                .phases
+                .iter()
+                .map(|(p, _)| {
+                    let row = g.rows.iter().find(|r| &r.phase == p && r.class == Some(class) && r.metric == m)?;
+                    let v = row.values[i]?;
+                    Some(Spread { n: v.n, median: v.value, q1: v.q1, q3: v.q3 })
                 })
-                .collect()
+                .collect(),
         })
         .collect()
 }
@@ -424,6 +465,8 @@ mod tests {
         let d = crate::compare::model::delta(Metric::GoodputQps, Some(0.0), Some(3.0));
         assert_eq!(change(Metric::GoodputQps, &d), "+inf%");
         assert_eq!(md("a|b"), "a\\|b");
+        assert_eq!(short_name("reports/examples/run-a"), "run-a");
+        assert_eq!(short_name("x/real-cascade-25-75-rr-split"), "real-cascade-25…");
     }
 
     #[test]

@@ -1,17 +1,16 @@
 //! The SVG charts of report.html (design.md §5): goodput and p95 latency per
 //! class per second, CPU fraction per replica, and per-phase goodput
-//! retention and p95 inflation; the PLB role timeline is in `timeline`, the
-//! per-folder bars of `plbbench compare --html` in `compare`.
+//! retention and p95 inflation; the PLB role timeline is in `timeline`.
 //! Each chart is drawn with plotters' SVG backend into a `String` that the
 //! HTML template embeds as it is. Time charts shade the fault windows (phases
 //! with fewer than K survivors) and grey the warm-up, and every chart draws
 //! its legend in a strip on its right so that it never hides data. Colours
 //! are constants shared with the page, so a class looks the same everywhere.
 
-mod compare;
+mod bars;
 mod timeline;
 
-pub use compare::{compare_bars, series_colour, Bar};
+pub use bars::{spread_bars, BarPanel, BarSeries};
 pub use timeline::roles;
 
 use crate::core::metrics::{PhaseRow, ReplicaRow, SeriesRow};

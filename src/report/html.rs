@@ -15,6 +15,8 @@ use serde::Serialize;
 
 /// The page template, embedded at build time.
 const TEMPLATE: &str = include_str!("../../templates/run.html");
+/// The style sheet shared by every page, embedded at build time.
+pub const STYLE: &str = include_str!("../../templates/style.css");
 
 /// Why report.html could not be rendered.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +35,7 @@ pub fn render(summary: &Summary, metrics: &RunMetrics) -> Result<String, ReportE
     let mut env = Environment::new();
     env.set_auto_escape_callback(|_| AutoEscape::Html);
     env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env.add_template("style.css", STYLE)?;
     env.add_template("run.html", TEMPLATE)?;
     Ok(env.get_template("run.html")?.render(&page)?)
 }
@@ -72,12 +75,25 @@ struct Title {
     commit: String,
 }
 
+/// The page colours, shared with the charts (style.css reads them).
 #[derive(Serialize)]
-struct Colours {
+pub(crate) struct Colours {
     premium: String,
     freemium: String,
     mixed: String,
     fault: String,
+}
+
+impl Colours {
+    /// The chart palette as CSS colours.
+    pub(crate) fn new() -> Colours {
+        Colours {
+            premium: charts::hex(charts::PREMIUM),
+            freemium: charts::hex(charts::FREEMIUM),
+            mixed: charts::hex(charts::MIXED),
+            fault: charts::hex(charts::FAULT),
+        }
+    }
 }
 
 /// One label/value line of the settings and environment tables.
@@ -242,12 +258,7 @@ impl Page {
             title: title(s),
             partial: s.partial,
             failing: s.verdicts.iter().filter(|v| !v.ok).cloned().collect(),
-            colours: Colours {
-                premium: charts::hex(charts::PREMIUM),
-                freemium: charts::hex(charts::FREEMIUM),
-                mixed: charts::hex(charts::MIXED),
-                fault: charts::hex(charts::FAULT),
-            },
+            colours: Colours::new(),
             settings: settings(s),
             environment: environment(s),
             any_short: groups.iter().any(|g| g.short),
@@ -681,6 +692,8 @@ mod tests {
                 Verdict { name: "saturation".into(), ok: false, detail: "r2 above budget in down1".into() },
             ],
             wall_s: 3.25,
+            interrupted_by: None,
+            stop_overrun_s: None,
         };
         (summary, metrics)
     }

@@ -2,6 +2,7 @@
 //! self-contained HTML report with its SVG charts.
 
 pub mod charts;
+pub mod experiment_html;
 pub mod files;
 pub mod summary;
 pub mod html;

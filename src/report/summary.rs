@@ -111,6 +111,14 @@ pub struct Summary {
     pub verdicts: Vec<Verdict>,
     /// Wall-clock seconds the run took.
     pub wall_s: f64,
+    /// The signal that stopped the run (`SIGINT`, `SIGTERM`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted_by: Option<String>,
+    /// Real backends: seconds between the planned end (or the end of the
+    /// drain after a signal) and the moment every client, probe and fault
+    /// task had stopped. Bounded by the connect and query deadlines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_overrun_s: Option<f64>,
 }
 
 impl Summary {

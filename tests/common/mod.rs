@@ -15,3 +15,4 @@ pub fn have_postgres() -> bool {
     }
     panic!("PostgreSQL server binaries not found: run scripts/install-postgres.sh as root, or set PLBBENCH_SKIP_PG=1");
 }
+pub mod run;

@@ -1,0 +1,429 @@
+//! An experiment's report.html (issue 5): the paper's figures drawn from our
+//! runs, each saying which runs it comes from. RQ1 as a table and bars
+//! (Premium-side fault, plb vs rr-split), Fig. 4 style bars per phase
+//! (goodput, p95, session lifetime per class, plb vs rr, whiskers the
+//! interquartile range across repeats), Fig. 5 style (p95 of plb relative
+//! to rr) and Fig. 6 style (plb's p95 relative to each class's baseline),
+//! then the whole grid as a table and every run linked. A view model of
+//! preformatted strings rendered through `templates/experiment.html`.
+
+use crate::core::model::Class;
+use crate::experiment::figures::{Figures, Rq2, Rq3, CASCADE_PHASES};
+use crate::experiment::{ExperimentFile, RunEntry};
+use crate::report::charts::{self, sig3, BarPanel, BarSeries};
+use crate::report::html::{Colours, ReportError, STYLE};
+use crate::stats::Spread;
+use minijinja::{AutoEscape, Environment, UndefinedBehavior, Value};
+use plotters::style::RGBColor;
+use serde::Serialize;
+
+const TEMPLATE: &str = include_str!("../../templates/experiment.html");
+
+/// The baseline strategies of the comparisons, drawn in greys.
+const OTHER: RGBColor = RGBColor(0x9a, 0x9a, 0x9a);
+/// One colour per mix in the Fig. 6 panels (none is a class colour).
+const MIX_COLOURS: [RGBColor; 4] = [
+    RGBColor(0x2c, 0xa0, 0x2c),
+    RGBColor(0x94, 0x67, 0xbd),
+    RGBColor(0x8c, 0x56, 0x4b),
+    RGBColor(0x17, 0xbe, 0xcf),
+];
+
+/// Renders the experiment's report.html.
+pub fn render(file: &ExperimentFile, figures: &Figures) -> Result<String, ReportError> {
+    let page = Page::new(file, figures)?;
+    let mut env = Environment::new();
+    env.set_auto_escape_callback(|_| AutoEscape::Html);
+    env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env.add_template("style.css", STYLE)?;
+    env.add_template("experiment.html", TEMPLATE)?;
+    Ok(env.get_template("experiment.html")?.render(&page)?)
+}
+
+#[derive(Serialize)]
+struct Page {
+    colours: Colours,
+    title: Vec<(String, String)>,
+    rq1: Vec<Rq1View>,
+    figures: Vec<FigureView>,
+    cells: Vec<CellView>,
+    runs: Vec<RunView>,
+    quantiles: String,
+}
+
+#[derive(Serialize)]
+struct Rq1View {
+    mix: String,
+    sides: Vec<SideView>,
+    gain_pp: String,
+}
+
+#[derive(Serialize)]
+struct SideView {
+    strategy: &'static str,
+    n: usize,
+    retention: String,
+    u_mean: String,
+    cv: String,
+}
+
+/// A figure: its SVG, a caption, and links to the runs it comes from.
+#[derive(Serialize)]
+struct FigureView {
+    id: String,
+    title: String,
+    svg: Value,
+    caption: String,
+    runs: Vec<Link>,
+}
+
+#[derive(Serialize)]
+struct Link {
+    label: String,
+    href: String,
+}
+
+#[derive(Serialize)]
+struct CellView {
+    fault: String,
+    mix: String,
+    strategy: String,
+    phase: String,
+    class: String,
+    runs: usize,
+    goodput: String,
+    retention: String,
+    p95: String,
+    lifetime: String,
+    cpu: String,
+}
+
+#[derive(Serialize)]
+struct RunView {
+    name: String,
+    href: String,
+    fault: String,
+    mix: String,
+    strategy: String,
+    repeat: u32,
+    seed: u64,
+    wall: String,
+    reused: bool,
+}
+
+/// `median [q1, q3]`, "–" when there is none.
+fn spread_text(s: &Spread) -> String {
+    match (s.median, s.q1, s.q3) {
+        (Some(m), Some(a), Some(b)) if s.n > 1 => format!("{} [{}, {}]", sig3(m), sig3(a), sig3(b)),
+        (Some(m), ..) => sig3(m),
+        _ => "–".into(),
+    }
+}
+
+fn signed(v: Option<f64>, unit: &str) -> String {
+    v.map_or("–".into(), |v| format!("{v:+.1}{unit}"))
+}
+
+/// A median-only spread, for derived figures (ratios of medians).
+fn point(v: Option<f64>) -> Option<Spread> {
+    v.map(|m| Spread {
+        n: 1,
+        median: Some(m),
+        q1: None,
+        q3: None,
+    })
+}
+
+/// Links to the runs of `fault`, `mix` and any of `strategies`.
+fn links(file: &ExperimentFile, fault: &str, mix: &str, strategies: &[&str]) -> Vec<Link> {
+    let pick = |r: &&RunEntry| {
+        r.fault == fault && r.mix == mix && strategies.contains(&r.strategy.as_str())
+    };
+    file.runs
+        .iter()
+        .filter(pick)
+        .map(|r| Link {
+            label: run_name(r),
+            href: format!("{}/report.html", r.dir),
+        })
+        .collect()
+}
+
+fn run_name(r: &RunEntry) -> String {
+    r.dir.rsplit('/').next().unwrap_or(&r.dir).to_string()
+}
+
+impl Page {
+    fn new(file: &ExperimentFile, f: &Figures) -> Result<Page, ReportError> {
+        let s = &file.settings;
+        let title = vec![
+            ("strategies".into(), file.strategies.join(", ")),
+            ("mixes".into(), file.mixes.join(", ")),
+            ("faults".into(), file.faults.join(", ")),
+            (
+                "repeats".into(),
+                format!("{} per cell ({} runs)", file.repeat, file.runs.len()),
+            ),
+            ("clients T".into(), s.clients.to_string()),
+            (
+                "cluster".into(),
+                format!(
+                    "{}, K = {}, reference {}",
+                    s.cluster, s.replicas, s.reference
+                ),
+            ),
+            (
+                "time scale".into(),
+                format!("{} ({} s per run)", s.time_scale, sig3(s.duration_s)),
+            ),
+            ("workload".into(), s.workload.clone()),
+            ("detection".into(), s.detection.clone()),
+            ("plbbench".into(), file.plbbench_version.clone()),
+            (
+                "wall time".into(),
+                format!(
+                    "{} s over all runs",
+                    sig3(file.runs.iter().map(|r| r.wall_s).sum())
+                ),
+            ),
+        ];
+        let mut figures = Vec::new();
+        figures.extend(rq1_figure(file, f)?);
+        for m in &f.rq2 {
+            for class in Class::ALL {
+                figures.push(fig4(file, m, class)?);
+            }
+        }
+        figures.extend(fig5(file, f)?);
+        figures.extend(fig6(file, f)?);
+        Ok(Page {
+            colours: Colours::new(),
+            title,
+            rq1: f.rq1.iter().map(rq1_view).collect(),
+            figures,
+            cells: cells(file),
+            runs: file.runs.iter().map(run_view).collect(),
+            quantiles: file.quantiles.clone(),
+        })
+    }
+}
+
+fn rq1_view(r: &crate::experiment::figures::Rq1) -> Rq1View {
+    let side = |strategy, s: &crate::experiment::figures::Rq1Side| SideView {
+        strategy,
+        n: s.seeds.len(),
+        retention: spread_text(&s.premium_retention),
+        u_mean: spread_text(&s.u_mean),
+        cv: spread_text(&s.cv),
+    };
+    Rq1View {
+        mix: r.mix.clone(),
+        sides: vec![side("plb", &r.plb), side("rr-split", &r.rr_split)],
+        gain_pp: signed(r.retention_gain_pp, " pp"),
+    }
+}
+
+fn rq1_figure(file: &ExperimentFile, f: &Figures) -> Result<Option<FigureView>, ReportError> {
+    if f.rq1.is_empty() {
+        return Ok(None);
+    }
+    let groups = f.rq1.iter().map(|r| r.mix.clone()).collect();
+    let series =
+        |label: &str, colour, pick: fn(&crate::experiment::figures::Rq1) -> Spread| BarSeries {
+            label: label.into(),
+            colour,
+            values: f.rq1.iter().map(|r| Some(pick(r))).collect(),
+        };
+    let panel = BarPanel {
+        y_desc: "Premium goodput retention in down1 (× baseline)".into(),
+        groups,
+        series: vec![
+            series("plb", charts::PREMIUM, |r| r.plb.premium_retention),
+            series("rr-split", OTHER, |r| r.rr_split.premium_retention),
+        ],
+        reference: Some(1.0),
+    };
+    Ok(Some(FigureView {
+        id: "rq1".into(),
+        title: "RQ1: Premium goodput retention under a Premium-side fault, plb vs 3RR+2RR".into(),
+        svg: Value::from_safe_string(charts::spread_bars("RQ1", &[panel])?),
+        caption: "Bars: median over repeats of Premium goodput in phase down1 divided by its baseline; whiskers: interquartile range. \
+                  The paper reports a gain of +26 to +28 percentage points for plb over 3RR+2RR."
+            .into(),
+        runs: f.rq1.iter().flat_map(|r| links(file, "premium-fault", &r.mix, &["plb", "rr-split"])).collect(),
+    }))
+}
+
+/// Fig. 4 style: one class of one mix, goodput / p95 / lifetime per phase.
+fn fig4(file: &ExperimentFile, m: &Rq2, class: Class) -> Result<FigureView, ReportError> {
+    let colour = charts::class_colour(class);
+    let rows: Vec<_> = CASCADE_PHASES
+        .iter()
+        .filter_map(|p| m.rows.iter().find(|r| r.phase == *p && r.class == class))
+        .collect();
+    let groups: Vec<String> = rows.iter().map(|r| r.phase.clone()).collect();
+    let panel = |y_desc: &str,
+                 pick: fn(
+        &crate::experiment::figures::Rq2Row,
+    ) -> &crate::experiment::figures::Versus| BarPanel {
+        y_desc: y_desc.into(),
+        groups: groups.clone(),
+        series: vec![
+            BarSeries {
+                label: "plb".into(),
+                colour,
+                values: rows.iter().map(|r| Some(pick(r).plb)).collect(),
+            },
+            BarSeries {
+                label: "5RR".into(),
+                colour: OTHER,
+                values: rows.iter().map(|r| Some(pick(r).rr)).collect(),
+            },
+        ],
+        reference: None,
+    };
+    let panels = [
+        panel("goodput (queries/s)", |r| &r.goodput_qps),
+        panel("p95 latency (ms)", |r| &r.p95_ms),
+        panel("session lifetime, mean (s)", |r| &r.lifetime_mean_s),
+    ];
+    let name = if class == Class::P {
+        "Premium"
+    } else {
+        "Freemium"
+    };
+    Ok(FigureView {
+        id: format!("fig4-{}-{}", m.mix.replace(':', "-"), class),
+        title: format!("Fig. 4 style, mix {}: {name} per phase of the cascade, plb vs 5RR", m.mix),
+        svg: Value::from_safe_string(charts::spread_bars("Fig. 4", &panels)?),
+        caption: format!(
+            "cascade preset (r1 down, r2 down, r1 rejoins, r2 rejoins); {} plb and {} 5RR runs. Bars: medians over repeats; whiskers: interquartile range. \
+             Premium goodput in down2, plb / 5RR: {} (the paper reports more than 2×).",
+            m.plb_seeds.len(),
+            m.rr_seeds.len(),
+            m.premium_goodput_ratio_down2.map_or("–".into(), |v| format!("{v:.2}×"))
+        ),
+        runs: links(file, "cascade", &m.mix, &["plb", "rr"]),
+    })
+}
+
+/// Fig. 5 style: p95 of plb relative to 5RR per class and mix, in the
+/// one-down and two-down phases (negative: plb is faster).
+fn fig5(file: &ExperimentFile, f: &Figures) -> Result<Option<FigureView>, ReportError> {
+    if f.rq2.is_empty() {
+        return Ok(None);
+    }
+    let groups: Vec<String> = f.rq2.iter().map(|m| m.mix.clone()).collect();
+    let panel = |phase: &str| BarPanel {
+        y_desc: format!("p95 change in {phase}, plb vs 5RR (%)"),
+        groups: groups.clone(),
+        series: Class::ALL
+            .into_iter()
+            .map(|c| BarSeries {
+                label: if c == Class::P {
+                    "Premium".into()
+                } else {
+                    "Freemium".into()
+                },
+                colour: charts::class_colour(c),
+                values: f
+                    .rq2
+                    .iter()
+                    .map(|m| {
+                        point(
+                            m.rows
+                                .iter()
+                                .find(|r| r.phase == phase && r.class == c)
+                                .and_then(|r| r.p95_change_pct),
+                        )
+                    })
+                    .collect(),
+            })
+            .collect(),
+        reference: None,
+    };
+    Ok(Some(FigureView {
+        id: "fig5".into(),
+        title: "Fig. 5 style: p95 latency of plb relative to 5RR, per class and mix".into(),
+        svg: Value::from_safe_string(charts::spread_bars("Fig. 5", &[panel("down1"), panel("down2")])?),
+        caption: "(median p95 of plb − median p95 of 5RR) / median p95 of 5RR, in percent, over the cascade runs; negative means plb is faster. \
+                  The paper reports Premium −18.6% to −4.7% (one down) and −23.0% to −15.3% (two down), Freemium +21.6% to +33.9% (two down)."
+            .into(),
+        runs: f.rq2.iter().flat_map(|m| links(file, "cascade", &m.mix, &["plb", "rr"])).collect(),
+    }))
+}
+
+/// Fig. 6 style: plb's p95 per class and phase relative to the class's own
+/// baseline, one bar per mix.
+fn fig6(file: &ExperimentFile, f: &Figures) -> Result<Option<FigureView>, ReportError> {
+    if f.rq3.is_empty() {
+        return Ok(None);
+    }
+    let phases: Vec<String> = CASCADE_PHASES[1..].iter().map(|p| p.to_string()).collect();
+    let value = |m: &Rq3, c: Class, p: &str| {
+        point(
+            m.rows
+                .iter()
+                .find(|r| r.class == c && r.phase == p)
+                .and_then(|r| r.change_pct),
+        )
+    };
+    let panel = |c: Class| BarPanel {
+        y_desc: format!(
+            "{} p95 change vs baseline (%)",
+            if c == Class::P { "Premium" } else { "Freemium" }
+        ),
+        groups: phases.clone(),
+        series: f
+            .rq3
+            .iter()
+            .enumerate()
+            .map(|(i, m)| BarSeries {
+                label: format!("mix {}", m.mix),
+                colour: MIX_COLOURS[i % MIX_COLOURS.len()],
+                values: phases.iter().map(|p| value(m, c, p)).collect(),
+            })
+            .collect(),
+        reference: None,
+    };
+    Ok(Some(FigureView {
+        id: "fig6".into(),
+        title: "Fig. 6 style: plb's p95 latency per phase relative to each class's own baseline".into(),
+        svg: Value::from_safe_string(charts::spread_bars("Fig. 6", &[panel(Class::P), panel(Class::F)])?),
+        caption: "(median p95 in the phase − median baseline p95) / median baseline p95, in percent, over the plb cascade runs of each mix.".into(),
+        runs: f.rq3.iter().flat_map(|m| links(file, "cascade", &m.mix, &["plb"])).collect(),
+    }))
+}
+
+fn cells(file: &ExperimentFile) -> Vec<CellView> {
+    file.cells
+        .iter()
+        .map(|c| CellView {
+            fault: c.fault.clone(),
+            mix: c.mix.clone(),
+            strategy: c.strategy.clone(),
+            phase: c.phase.clone(),
+            class: c.class.to_string(),
+            runs: c.runs,
+            goodput: spread_text(&c.goodput_qps),
+            retention: spread_text(&c.retention),
+            p95: spread_text(&c.p95_ms),
+            lifetime: spread_text(&c.lifetime_mean_s),
+            cpu: spread_text(&c.cpu_mean),
+        })
+        .collect()
+}
+
+fn run_view(r: &RunEntry) -> RunView {
+    RunView {
+        name: run_name(r),
+        href: format!("{}/report.html", r.dir),
+        fault: r.fault.clone(),
+        mix: r.mix.clone(),
+        strategy: r.strategy.clone(),
+        repeat: r.repeat,
+        seed: r.seed,
+        wall: format!("{} s", sig3(r.wall_s)),
+        reused: r.reused,
+    }
+}

@@ -1,0 +1,132 @@
+//! Run tier, gray faults and secrets (issue 4): a replica that hangs never
+//! hangs plbbench, and the cluster's generated password stays in its state
+//! file. One real time-scaled run pauses r2 (SIGSTOP: the process lives,
+//! nothing answers) and never resumes it, so sessions, probes and
+//! connection attempts on r2 all hang until their deadlines; the run must
+//! still stop within 2 s of its planned end, with books that balance and
+//! nothing left behind. The same run checks that its servers listen on
+//! loopback only and that the password appears in no output.
+//!
+//! Needs PostgreSQL (see tests/common); about 1 minute.
+
+mod common;
+use common::have_postgres;
+use common::run::*;
+
+/// Planned run length at `--time-scale 0.1` (300 s scaled).
+const PLANNED_S: f64 = 30.0;
+
+/// r2 paused 15 s into a 30 s run and never resumed.
+const PAUSE_R2: &str =
+    "# r2 hangs and stays hung\n[[event]]\nt_s = 150\nreplica = \"r2\"\naction = \"pause\"\n";
+
+#[test]
+fn a_paused_replica_never_hangs_the_run_and_secrets_stay_secret() {
+    if !have_postgres() {
+        return;
+    }
+    let _one = serial();
+    let sb = Sandbox::new("pause");
+    let faults = sb.root.join("pause.toml");
+    std::fs::write(&faults, PAUSE_R2).unwrap();
+    let mut run = Running::start(
+        &sb,
+        faults.to_str().unwrap(),
+        &["--time-scale", "0.1", "--raw"],
+    );
+    // Until every replica listens (a postmaster runs a moment before).
+    let listening = |o: &Observed| {
+        o.replicas_up.is_some() && o.ports.len() == 5 && o.ports.iter().all(|p| !listeners(*p).is_empty())
+    };
+    if let Some(st) = run.poll(RUN_LIMIT, listening) {
+        panic!(
+            "run exited ({st}) before its cluster was up:\n{}",
+            sb.stderr()
+        );
+    }
+    // Loopback only: every listening socket on a replica's port is 127.0.0.1.
+    for port in run.seen.ports.clone() {
+        let l = listeners(port);
+        assert!(
+            l.iter().all(|a| a == &format!("0100007F:{port:04X}")),
+            "port {port} listens on {l:?}"
+        );
+    }
+    let status = run.finish(RUN_LIMIT);
+    assert!(status.success(), "run failed ({status}):\n{}", sb.stderr());
+    let f = Folder::read(&sb.out());
+    let overrun = f.summary["stop_overrun_s"]
+        .as_f64()
+        .expect("stop_overrun_s");
+    assert!(
+        (0.0..=2.0).contains(&overrun),
+        "stopped {overrun} s after the planned end"
+    );
+    let verdict = f.summary["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "stopped on time")
+        .cloned();
+    assert_eq!(verdict.expect("stopped-on-time verdict")["ok"], true);
+    // The pause really hung work on r2: it was detected, and r2 answered no
+    // query that started after the pause.
+    let paused_at = PLANNED_S / 2.0;
+    assert!(
+        !f.events_of("detect", "r2").is_empty(),
+        "r2's pause was never detected: {:?}",
+        f.events
+    );
+    let late_on_r2 = f
+        .queries
+        .iter()
+        .filter(|q| q.replica == "r2" && q.ok && q.start > paused_at + 0.5)
+        .count();
+    assert_eq!(late_on_r2, 0, "r2 completed queries while paused");
+    assert!(
+        f.queries
+            .iter()
+            .any(|q| q.replica != "r2" && q.ok && q.start > paused_at + 5.0),
+        "the others stopped too"
+    );
+    let ends_in_run = f.queries.iter().all(|q| q.end <= PLANNED_S + 1e-3);
+    assert!(ends_in_run, "a query recorded past the planned end");
+    assert_consistent(&f);
+    assert_sessions_well_formed(&f.queries);
+    let enforced = f.summary["environment"]["cpu_budget_enforced"]
+        .as_bool()
+        .unwrap();
+    assert_cleaned_up(&sb, &run.seen, enforced);
+    assert_password_nowhere(
+        &sb,
+        run.seen
+            .password
+            .as_deref()
+            .expect("password seen in the state file"),
+    );
+}
+
+/// The password is in none of the run folder's files, nor stdout/stderr.
+fn assert_password_nowhere(sb: &Sandbox, password: &str) {
+    assert!(
+        password.len() >= 16,
+        "a weak generated password: {} chars",
+        password.len()
+    );
+    let mut checked = 0;
+    for dir in [sb.out(), sb.root.clone()] {
+        for e in std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().is_file())
+        {
+            let bytes = std::fs::read(e.path()).unwrap();
+            let hit = bytes
+                .windows(password.len())
+                .any(|w| w == password.as_bytes());
+            assert!(!hit, "the password appears in {}", e.path().display());
+            checked += 1;
+        }
+    }
+    assert!(checked >= 9, "only {checked} files checked");
+}
