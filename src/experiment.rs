@@ -398,8 +398,12 @@ pub fn experiment(args: ExperimentArgs) -> Result<(), Error> {
     write_atomic(&root.join("experiment.json"), &(serde_json::to_string_pretty(&file).context("experiment.json")? + "\n"))?;
     write_atomic(&root.join("experiment.csv"), &experiment_csv(&file.cells).context("experiment.csv")?)?;
     write_atomic(&root.join("figures.json"), &(serde_json::to_string_pretty(&figures).context("figures.json")? + "\n"))?;
-    let html = crate::report::experiment_html::render(&file, &figures).context("rendering the experiment's report.html")?;
-    write_atomic(&root.join("report.html"), &html)?;
+    let page = crate::report::experiment_html::render(&file, &figures).context("rendering the experiment's report.html")?;
+    std::fs::create_dir_all(root.join("figures")).with_context(|| format!("cannot create {}/figures", root.display()))?;
+    for (id, svg) in &page.svgs {
+        write_atomic(&root.join("figures").join(format!("{id}.svg")), svg)?;
+    }
+    write_atomic(&root.join("report.html"), &page.html)?;
     eprintln!("wrote {}", root.display());
     crate::archive::refresh_after(&root);
     if !args.common.quiet {

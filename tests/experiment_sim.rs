@@ -97,7 +97,28 @@ fn grid_writes_runs_and_medians_of_their_phases() {
     let figures: serde_json::Value = serde_json::from_slice(&std::fs::read(root.join("figures.json")).unwrap()).unwrap();
     assert_eq!(figures["rq2"][0]["mix"], "25:75");
     assert_eq!(figures["rq2"][0]["plb_seeds"], serde_json::json!([1, 2, 3]));
+    check_report(&root);
     std::fs::remove_dir_all(root).unwrap();
+}
+
+/// report.html holds the figures this grid supports (no RQ1: no
+/// premium-fault runs), each also written as figures/<id>.svg, and links
+/// every run it comes from.
+fn check_report(root: &Path) {
+    let html = std::fs::read_to_string(root.join("report.html")).unwrap();
+    let mut svgs: Vec<String> =
+        std::fs::read_dir(root.join("figures")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+    svgs.sort();
+    assert_eq!(svgs, ["fig4-25-75-F.svg", "fig4-25-75-P.svg", "fig5.svg", "fig6.svg"]);
+    for f in &svgs {
+        let svg = std::fs::read_to_string(root.join("figures").join(f)).unwrap();
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "{f} is not an SVG");
+        assert!(html.contains(&format!("id=\"fig-{}\"", f.trim_end_matches(".svg"))), "{f} not on the page");
+    }
+    assert!(!html.contains("fig-rq1"), "RQ1 drawn without premium-fault runs");
+    for run in RUNS {
+        assert!(html.contains(&format!("runs&#x2f;{run}&#x2f;report.html")), "no link to {run}");
+    }
 }
 
 /// Recomputes one experiment.csv row from the three runs' phases.csv.

@@ -29,15 +29,26 @@ const MIX_COLOURS: [RGBColor; 4] = [
     RGBColor(0x17, 0xbe, 0xcf),
 ];
 
+/// The experiment's report.html and each figure's SVG by id (written as
+/// `figures/<id>.svg` beside it, for papers and READMEs).
+pub struct Rendered {
+    /// The page.
+    pub html: String,
+    /// `(id, svg)` of every figure, in page order.
+    pub svgs: Vec<(String, String)>,
+}
+
 /// Renders the experiment's report.html.
-pub fn render(file: &ExperimentFile, figures: &Figures) -> Result<String, ReportError> {
+pub fn render(file: &ExperimentFile, figures: &Figures) -> Result<Rendered, ReportError> {
     let page = Page::new(file, figures)?;
     let mut env = Environment::new();
     env.set_auto_escape_callback(|_| AutoEscape::Html);
     env.set_undefined_behavior(UndefinedBehavior::Strict);
     env.add_template("style.css", STYLE)?;
     env.add_template("experiment.html", TEMPLATE)?;
-    Ok(env.get_template("experiment.html")?.render(&page)?)
+    let html = env.get_template("experiment.html")?.render(&page)?;
+    let svgs = page.figures.iter().map(|f| (f.id.clone(), f.svg.as_str().unwrap_or_default().to_string())).collect();
+    Ok(Rendered { html, svgs })
 }
 
 #[derive(Serialize)]

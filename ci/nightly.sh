@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The nightly regression job (issue 5). Builds plbbench (scripts/setup.sh),
+# then:
+#   1. runs the simulator's full paper grid (4 strategies x 3 mixes x
+#      2 presets x 5 repeats, T=1000; deterministic, a few seconds) and
+#      compares it with the committed baseline ci/baseline/sim under tight
+#      thresholds: any change in the simulator's results is a change in the
+#      code, so it must be explained and the baseline refreshed;
+#   2. runs a short real-cluster experiment (plb and 5RR, cascade, 25:75,
+#      one repeat, time scale 0.2: two 60 s runs on five local PostgreSQL
+#      servers) and compares it with ci/baseline/real under loose
+#      thresholds that catch a broken router or driver, not machine noise;
+#   3. rebuilds reports/index.html so the night's reports are archived.
+# Every report is kept under $NIGHTLY_OUT (default reports/nightly/<utc>),
+# with the comparisons as text, markdown (for a pull-request comment) and
+# HTML. Exit status 1 when a threshold is violated (both comparisons always
+# run), 0 otherwise. NIGHTLY_REAL=0 skips the real part (no PostgreSQL).
+#
+# Refreshing a baseline after an intended change: run this script, check
+# the comparison pages, then `bash ci/refresh-baseline.sh <night folder>`
+# and commit ci/baseline with a message that says why the numbers moved.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+out=${NIGHTLY_OUT:-reports/nightly/$(date -u +%Y%m%dT%H%M%SZ)}
+real=${NIGHTLY_REAL:-1}
+bash scripts/setup.sh
+bin=target/release/plbbench
+mkdir -p "$out"
+status=0
+
+# compare NAME THRESHOLD... : new folder $out/NAME against ci/baseline/NAME.
+compare() {
+    local name=$1; shift
+    local args=(--baseline "ci/baseline/$name" "$out/$name")
+    for t in "$@"; do args+=(--threshold "$t"); done
+    local rc=0
+    "$bin" compare "${args[@]}" --html "$out/$name-compare.html" --format markdown > "$out/$name-compare.md" || rc=$?
+    "$bin" compare "${args[@]}" --format text | tee "$out/$name-compare.txt" || true
+    case $rc in
+        0) echo "nightly: $name: every threshold holds" ;;
+        1) echo "nightly: $name: REGRESSION (see $out/$name-compare.md)"; status=1 ;;
+        *) echo "nightly: $name: compare failed with exit status $rc" >&2; exit "$rc" ;;
+    esac
+}
+
+echo "nightly: simulator paper grid -> $out/sim"
+"$bin" experiment --cluster sim -q --out "$out/sim"
+compare sim \
+    'premium.*.p95_ms<=+5%' \
+    'premium.*.goodput_qps>=-2%' \
+    'freemium.*.p95_ms<=+5%' \
+    'freemium.*.goodput_qps>=-2%'
+
+if [[ $real == 1 ]]; then
+    echo "nightly: real local cluster, plb and rr, cascade 25:75, time scale 0.2 -> $out/real"
+    "$bin" experiment --cluster local --strategies plb,rr --mixes 25:75 --faults cascade \
+        --repeat 1 --time-scale 0.2 -q --out "$out/real"
+    compare real \
+        'plb/*/*/premium.*.p95_ms<+100%' \
+        'plb/*/*/premium.*.goodput_qps>-25%' \
+        '*/*/*/freemium.baseline.goodput_qps>-25%'
+else
+    echo "nightly: NIGHTLY_REAL=0: real-cluster part skipped"
+fi
+
+"$bin" archive --root reports
+echo "nightly: reports kept in $out (status $status)"
+exit "$status"
