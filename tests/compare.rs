@@ -206,6 +206,15 @@ fn markdown_renders_a_table() {
     assert!(rows.iter().all(|r| r.matches(" | ").count() == 7), "{rows:?}");
     assert!(rows.iter().any(|r| r.starts_with("| down2 | 3 | Premium | p95_ms |")));
     assert!(md.contains("- **A** (baseline):"));
+    // A relative change is never below -100 %: every phase violates, and
+    // the comment lists each violation.
+    let out = plbbench(&["compare", &f.plb, &f.rr, "--format", "markdown", "--threshold", "premium.*.p95_ms<-100%"]);
+    assert_eq!(out.status.code(), Some(1));
+    let md = String::from_utf8(out.stdout).unwrap();
+    assert!(md.contains("#### Thresholds: 5 of 5 checks violated"), "{md}");
+    let rows: Vec<&str> = md.lines().filter(|l| l.starts_with("| premium.")).collect();
+    assert_eq!(rows.len(), 5, "{md}");
+    assert!(rows.iter().all(|r| r.ends_with("| `premium.*.p95_ms<-100%` |") && r.contains("limit < -100%")), "{rows:?}");
 }
 
 #[test]

@@ -205,7 +205,7 @@ fn checks_text(checks: &[Check]) -> String {
     out
 }
 
-/// Markdown: the legend as a list, one table per group, the checks as a table.
+/// Markdown: the legend as a list, one table per group, the violated checks as a table.
 pub fn markdown(r: &Report<'_>) -> String {
     let mut out = String::from("### plbbench compare\n\n");
     for (i, f) in r.folders.iter().enumerate() {
@@ -229,11 +229,13 @@ pub fn markdown(r: &Report<'_>) -> String {
     }
     if !r.checks.is_empty() {
         let bad = r.checks.iter().filter(|c| !c.ok).count();
-        out.push_str(&format!("\n#### Thresholds: {bad} of {} violated\n\n", r.checks.len()));
-        out.push_str("| result | check | expression |\n| --- | --- | --- |\n");
-        for c in r.checks {
-            let result = if c.ok { "ok" } else { "**VIOLATED**" };
-            out.push_str(&format!("| {result} | {} | `{}` |\n", md(&c.to_string()), c.expr.replace('`', "'")));
+        out.push_str(&format!("\n#### Thresholds: {bad} of {} checks violated\n\n", r.checks.len()));
+        // Only the violations: a pull-request comment has little room.
+        if bad > 0 {
+            out.push_str("| violation | expression |\n| --- | --- |\n");
+            for c in r.checks.iter().filter(|c| !c.ok) {
+                out.push_str(&format!("| {} | `{}` |\n", md(&c.to_string()), c.expr.replace('`', "'")));
+            }
         }
     }
     out

@@ -218,11 +218,12 @@ pub struct Check {
     pub phase: String,
     /// Metric.
     pub metric: Metric,
-    /// The baseline's value.
-    pub baseline: f64,
+    /// The baseline's value (`None`: it has none, so there is nothing to
+    /// regress from and the check holds).
+    pub baseline: Option<f64>,
     /// The compared folder's value (`None`: it has none, which violates).
     pub value: Option<f64>,
-    /// The change, in the limit's unit (percent or absolute).
+    /// The change, in the limit's unit (percent or absolute); `None` when a side has no value.
     pub change: Option<f64>,
     /// Operator.
     pub op: Op,
@@ -244,15 +245,13 @@ pub enum CheckError {
     /// A compared folder lacks the baseline's cell or phase.
     #[error("`{expr}`: {folder} has no {what}")]
     Missing { expr: String, folder: String, what: String },
-    /// The baseline has no value to compare with.
-    #[error("`{expr}`: the baseline {folder} has no {metric} value for {class} in {phase} ({selection})")]
-    NoBaseline { expr: String, folder: String, metric: Metric, class: String, phase: String, selection: String },
 }
 
 /// Checks every threshold on every compared folder against `base`. A
 /// threshold that matches nothing, or names a metric or phase a folder
-/// does not have, is an error; a missing value in a compared folder is a
-/// violation.
+/// does not have, is an error; a missing value (no completions, say) in a
+/// compared folder is a violation, in the baseline it is nothing to regress
+/// from and the check holds.
 pub fn check(thresholds: &[Threshold], base: &Folder, others: &[Folder]) -> Result<Vec<Check>, CheckError> {
     let mut out = Vec::new();
     for t in thresholds {
@@ -281,16 +280,9 @@ pub fn check(thresholds: &[Threshold], base: &Folder, others: &[Folder]) -> Resu
                     folder: other.dir.clone(),
                     what: format!("phase {} ({})", c.phase, sel),
                 })?;
-                let b = c.get(t.metric).value.ok_or_else(|| CheckError::NoBaseline {
-                    expr: t.text.clone(),
-                    folder: base.dir.clone(),
-                    metric: t.metric,
-                    class: c.class.long().into(),
-                    phase: c.phase.clone(),
-                    selection: c.sel.to_string(),
-                })?;
+                let b = c.get(t.metric).value;
                 let value = new.get(t.metric).value;
-                let change = value.map(|v| if t.limit.relative { relative_change(b, v) } else { v - b });
+                let change = b.zip(value).map(|(b, v)| if t.limit.relative { relative_change(b, v) } else { v - b });
                 out.push(Check {
                     expr: t.text.clone(),
                     folder: other.dir.clone(),
@@ -303,7 +295,7 @@ pub fn check(thresholds: &[Threshold], base: &Folder, others: &[Folder]) -> Resu
                     change,
                     op: t.op,
                     limit: t.limit,
-                    ok: change.is_some_and(|ch| t.op.holds(ch, t.limit.value)),
+                    ok: b.is_none() || change.is_some_and(|ch| t.op.holds(ch, t.limit.value)),
                 });
             }
         }
@@ -337,10 +329,11 @@ impl fmt::Display for Check {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let num = |v: f64| crate::report::charts::sig3(v);
         let unit = if self.limit.relative { "%" } else { "" };
-        let change = match self.change {
-            Some(c) if c.is_infinite() => format!("{}inf{unit}", if c > 0.0 { "+" } else { "-" }),
-            Some(c) => format!("{}{}{unit}", if c >= 0.0 { "+" } else { "" }, num(c)),
-            None => "no value".into(),
+        let change = match (self.change, self.baseline) {
+            (Some(c), _) if c.is_infinite() => format!("{}inf{unit}", if c > 0.0 { "+" } else { "-" }),
+            (Some(c), _) => format!("{}{}{unit}", if c >= 0.0 { "+" } else { "" }, num(c)),
+            (None, None) => "none (no baseline value)".into(),
+            (None, Some(_)) => "no value".into(),
         };
         write!(
             f,
@@ -350,7 +343,7 @@ impl fmt::Display for Check {
             self.metric,
             self.selection,
             self.folder,
-            num(self.baseline),
+            self.baseline.map_or("–".to_string(), num),
             self.value.map_or("–".to_string(), num),
             change,
             self.op,
@@ -548,5 +541,12 @@ mod tests {
         assert_eq!(checks.len(), 1);
         assert!(!checks[0].ok && checks[0].change.is_none());
         assert!(checks[0].to_string().contains("new –, change no value"));
+        // Nothing in the baseline: nothing to regress from.
+        let mut base = base;
+        base.cells[0].values[3] = Value::single(None);
+        let new = folder("b", Kind::Run, &[("rr", "down2", Class::P, 5.0)]);
+        let checks = check(&[t("premium.down2.p95<+10%")], &base, &[new]).unwrap();
+        assert!(checks[0].ok && checks[0].baseline.is_none());
+        assert!(checks[0].to_string().contains("baseline –, new 5.00, change none (no baseline value)"), "{}", checks[0]);
     }
 }
