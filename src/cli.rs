@@ -29,6 +29,10 @@ pub enum Command {
     Experiment(crate::experiment::ExperimentArgs),
     /// Measure each query template's CPU cost on one local replica (calibrates the simulator and the workload).
     Calibrate(CalibrateArgs),
+    /// Compare run or experiment folders side by side; with --threshold, exit 1 on a regression.
+    Compare(crate::compare::CompareArgs),
+    /// Rebuild the archive page index.html of every run and experiment under reports/.
+    Archive(crate::archive::ArchiveArgs),
 }
 
 /// `plbbench calibrate`.

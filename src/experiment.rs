@@ -405,6 +405,7 @@ pub fn experiment(args: ExperimentArgs) -> Result<(), Error> {
     }
     write_atomic(&root.join("report.html"), &page.html)?;
     eprintln!("wrote {}", root.display());
+    crate::archive::refresh_after(&root);
     if !args.common.quiet {
         print!("{}", render_figures(&figures));
     }

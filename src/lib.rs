@@ -3,10 +3,12 @@
 //! Premium users. `run(cli)` is the whole program; `main.rs` only calls it,
 //! so integration tests drive it in-process.
 
+pub mod archive;
 pub mod backend;
 pub mod cli;
 pub mod cluster;
 pub mod cluster_cmd;
+pub mod compare;
 pub mod core;
 pub mod driver;
 pub mod error;
@@ -28,6 +30,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
             let plan = plan::Plan::new(args)?;
             let out = run::execute(&plan)?;
             eprintln!("wrote {}", plan.out.display());
+            archive::refresh_after(&plan.out);
             print_headline(&out.summary);
             match out.summary.interrupted_by {
                 Some(signal) => Err(Error::Interrupted {
@@ -41,6 +44,8 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Experiment(args) => experiment::experiment(args),
         Command::Cluster(args) => cluster_cmd::cluster(args),
         Command::Calibrate(args) => cluster_cmd::calibrate(args),
+        Command::Compare(args) => compare::compare(args),
+        Command::Archive(args) => archive::archive(args),
     }
 }
 

@@ -1,0 +1,140 @@
+//! The report archive through the real binary: `plbbench archive --root`
+//! over two sim runs and a sim experiment lists all three newest first (by
+//! the recorded start, not the folder time), with links that resolve; `run`
+//! refreshes `reports/index.html` when its folder lies under `reports/`,
+//! leaves it alone otherwise, and only warns when the refresh fails.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn plbbench_in(cwd: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_plbbench")).current_dir(cwd).args(args).output().expect("run plbbench")
+}
+
+fn ok(o: Output) -> Output {
+    assert!(o.status.success(), "exit {:?}: {}", o.status.code(), String::from_utf8_lossy(&o.stderr));
+    o
+}
+
+/// A temporary folder removed on drop.
+struct Tmp(PathBuf);
+
+impl Tmp {
+    fn new(name: &str) -> Tmp {
+        let dir = std::env::temp_dir().join(format!("plbbench-archive-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Tmp(dir)
+    }
+}
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const RUN: [&str; 8] = ["run", "--cluster", "sim", "--quiet", "--T", "100", "--time-scale", "0.2"];
+
+/// Replaces `environment.started_utc` of a run's summary.json.
+fn set_started(summary: &Path, when: &str) {
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(summary).unwrap()).unwrap();
+    v["environment"]["started_utc"] = when.into();
+    std::fs::write(summary, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+}
+
+/// The `href`s of the archive's entries, in page order, percent-decoded.
+fn links(html: &str) -> Vec<String> {
+    let rows = &html[html.find("<tbody>").expect("a table")..];
+    rows.split("<a href=\"")
+        .skip(1)
+        .map(|s| {
+            let raw = &s[..s.find('"').unwrap()];
+            let mut out = Vec::new();
+            let b = raw.as_bytes();
+            let mut i = 0;
+            while i < b.len() {
+                if b[i] == b'%' {
+                    out.push(u8::from_str_radix(&raw[i + 1..i + 3], 16).unwrap());
+                    i += 3;
+                } else {
+                    out.push(b[i]);
+                    i += 1;
+                }
+            }
+            String::from_utf8(out).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn archive_lists_runs_and_experiments_newest_first_with_working_links() {
+    let tmp = Tmp::new("list");
+    let root = tmp.0.join("reports");
+    let out = |rel: &str| root.join(rel).to_str().unwrap().to_string();
+    // Written in this order, so folder times would give the opposite order.
+    ok(plbbench_in(&tmp.0, &[&RUN[..], &["--strategy", "plb", "--out", &out("old-plb-25:75")]].concat()));
+    ok(plbbench_in(&tmp.0, &[&RUN[..], &["--strategy", "rr", "--out", &out("examples/new-rr")]].concat()));
+    let exp = ["experiment", "--cluster", "sim", "--quiet", "--strategies", "plb,lc", "--mixes", "50:50", "--faults", "premium-fault"];
+    let exp_out = out("nested/deeper/exp");
+    ok(plbbench_in(&tmp.0, &[&exp[..], &["--repeat", "1", "--T", "100", "--time-scale", "0.2", "--out", &exp_out]].concat()));
+    set_started(&root.join("old-plb-25:75/summary.json"), "2021-03-01T10:00:00Z");
+    set_started(&root.join("examples/new-rr/summary.json"), "2023-03-01T10:00:00Z");
+    set_started(&root.join("nested/deeper/exp/runs/premium-fault-50-50-plb-r1/summary.json"), "2022-03-01T10:00:00Z");
+    // A temporary folder of a run in progress is not listed.
+    std::fs::create_dir_all(root.join(".x.tmp-1")).unwrap();
+    std::fs::copy(root.join("old-plb-25:75/summary.json"), root.join(".x.tmp-1/summary.json")).unwrap();
+
+    let o = ok(plbbench_in(&tmp.0, &["archive", "--root", root.to_str().unwrap()]));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("(3 folders)"));
+    let html = std::fs::read_to_string(root.join("index.html")).unwrap();
+    let links = links(&html);
+    assert_eq!(
+        links,
+        ["./examples/new-rr/report.html", "./nested/deeper/exp/report.html", "./old-plb-25:75/report.html"],
+        "newest first by recorded start"
+    );
+    for l in &links {
+        assert!(root.join(l).is_file(), "{l} does not resolve");
+    }
+    for when in ["2023-03-01 10:00:00", "2022-03-01 10:00:00", "2021-03-01 10:00:00"] {
+        assert!(html.contains(when), "{when}");
+    }
+    assert_eq!(html.matches("<tr class=\"entry\">").count(), 3);
+    assert!(html.contains("figures: medians of 50:50, premium-fault"));
+    assert!(html.contains("<span class=\"label\">plb:</span>") && html.contains("<span class=\"label\">lc:</span>"));
+    assert!(html.contains("2 runs") && html.contains("down1 (K+=4)"));
+    let no_svg_ns = html.replace(r#"xmlns="http://www.w3.org/2000/svg""#, "");
+    for needle in ["http://", "https://", "<link", "<script", " src="] {
+        assert!(!no_svg_ns.contains(needle), "found {needle}");
+    }
+    // The experiment's own runs are inside its entry, not listed one by one.
+    assert!(!html.contains("premium-fault-50-50-plb-r1"));
+
+    let missing = plbbench_in(&tmp.0, &["archive", "--root", tmp.0.join("none").to_str().unwrap()]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("--root:"));
+}
+
+#[test]
+fn runs_under_reports_refresh_the_index_and_a_failed_refresh_only_warns() {
+    let tmp = Tmp::new("hook");
+    let index = tmp.0.join("reports/index.html");
+    ok(plbbench_in(&tmp.0, &[&RUN[..], &["--out", "elsewhere/a"]].concat()));
+    assert!(!index.exists(), "a run outside reports/ leaves the archive alone");
+    ok(plbbench_in(&tmp.0, &[&RUN[..], &["--out", "reports/b"]].concat()));
+    let html = std::fs::read_to_string(&index).expect("index written after the run");
+    assert!(html.contains("./b/report.html"));
+    let exp = ["experiment", "--cluster", "sim", "--quiet", "--strategies", "rr", "--mixes", "25:75", "--faults", "cascade"];
+    ok(plbbench_in(&tmp.0, &[&exp[..], &["--repeat", "1", "--T", "100", "--time-scale", "0.2", "--out", "reports/e"]].concat()));
+    let html = std::fs::read_to_string(&index).unwrap();
+    assert!(html.contains("./b/report.html") && html.contains("./e/"), "the experiment refreshed it too");
+
+    // index.html that cannot be replaced: the run still succeeds, with a warning.
+    std::fs::remove_file(&index).unwrap();
+    std::fs::create_dir_all(index.join("blocker")).unwrap();
+    let o = ok(plbbench_in(&tmp.0, &[&RUN[..], &["--out", "reports/c"]].concat()));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("warning: cannot refresh reports/index.html"), "{err}");
+    assert!(tmp.0.join("reports/c/summary.json").is_file());
+}
