@@ -60,16 +60,7 @@ async fn query(dsn: &str, sql: &str, limit: Duration) -> Result<String, String> 
 /// the backend's own helpers.
 fn processes_mentioning(dir: &Path) -> Vec<(u32, String)> {
     let needle = dir.to_string_lossy().into_owned();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-            let raw = std::fs::read(e.path().join("cmdline")).ok()?;
-            let cmd = String::from_utf8_lossy(&raw).replace('\0', " ");
-            (pid != std::process::id() && cmd.contains(&needle)).then_some((pid, cmd))
-        })
-        .collect()
+    common::run::processes().into_iter().filter(|(_, cmd, _)| cmd.contains(&needle)).map(|(p, cmd, _)| (p, cmd)).collect()
 }
 
 /// The state file is 0600, replica directories 0700, and no file but the
