@@ -5,9 +5,11 @@
 
 pub mod detect;
 pub mod faults;
+pub mod health;
 pub mod metrics;
 pub mod model;
 pub mod phases;
+pub mod recovery;
 pub mod roles;
 pub mod router;
 pub mod schedule;
