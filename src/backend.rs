@@ -4,6 +4,7 @@
 
 use crate::cli::Detection;
 use crate::cluster::local::{default_state_dir, LocalCluster, LocalOptions};
+use crate::core::health::HealthConfig;
 use crate::core::metrics::Collector;
 use crate::core::router::Router;
 use crate::core::schedule;
@@ -25,7 +26,7 @@ fn clients(plan: &Plan) -> Vec<schedule::Client> {
 fn probe_interval(plan: &Plan) -> Option<Duration> {
     match plan.args.common.detection {
         Detection::Oracle => None,
-        Detection::Probe => Some(Duration::from_millis(plan.args.common.probe_interval_ms)),
+        Detection::Probe | Detection::Suspicion => Some(Duration::from_millis(plan.args.common.probe_interval_ms)),
     }
 }
 
@@ -40,6 +41,7 @@ pub fn run_sim(plan: &Plan, mut collector: Collector) -> (Collector, BackendOutc
             cpus: plan.args.common.cpus,
             duration_s: plan.duration_s,
             probe_interval_s: probe_interval(plan).map_or(0.0, |d| d.as_secs_f64()),
+            health: (plan.args.common.detection == Detection::Suspicion).then(HealthConfig::default),
         },
         &mut collector,
     );

@@ -78,6 +78,11 @@ pub enum Detection {
     Probe,
     /// The router is told at the instant of the fault (ablation).
     Oracle,
+    /// Probes, connection errors and query latency through the health state
+    /// machine: SUSPECT and DEGRADED replicas get a reduced share of new
+    /// sessions, ISOLATED none, RECOVERING a probation share (issue 9;
+    /// simulator only so far).
+    Suspicion,
 }
 
 /// `plbbench run`.

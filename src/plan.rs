@@ -122,7 +122,10 @@ impl Plan {
         if !(args.common.cpus.is_finite() && args.common.cpus > 0.0) {
             return Err(input("--cpus", format!("must be a positive number of cores, got {}", args.common.cpus)));
         }
-        if args.common.detection == Detection::Probe && args.common.probe_interval_ms == 0 {
+        if args.common.detection == Detection::Suspicion && args.common.cluster != ClusterKind::Sim {
+            return Err(input("--detection", "suspicion is built for --cluster sim only so far"));
+        }
+        if args.common.detection != Detection::Oracle && args.common.probe_interval_ms == 0 {
             return Err(input("--probe-interval-ms", "must be at least 1"));
         }
         let mut workload = load_workload(args.common.workload.as_deref())?;

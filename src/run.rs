@@ -95,6 +95,7 @@ pub fn settings(plan: &Plan) -> Settings {
         detection: match a.common.detection {
             Detection::Probe => format!("probe every {} ms", a.common.probe_interval_ms),
             Detection::Oracle => "oracle".into(),
+            Detection::Suspicion => format!("suspicion state machine, probe every {} ms", a.common.probe_interval_ms),
         },
     }
 }

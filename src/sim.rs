@@ -5,6 +5,7 @@
 //! order and every random draw comes from a client's own generator.
 
 use crate::core::detect::{Detector, Probe};
+use crate::core::health::{Evidence, Health, HealthConfig, HealthMachine, Transition};
 use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
 use crate::core::model::{Action, FaultEvent, ReplicaId};
 use crate::core::router::Router;
@@ -30,6 +31,9 @@ pub struct SimInput<'a> {
     /// Health probe interval, seconds; 0 means the router is told of faults
     /// at once (`--detection oracle`).
     pub probe_interval_s: f64,
+    /// The health state machine's thresholds (`--detection suspicion`);
+    /// `None`: probes and connection errors decide up or down directly.
+    pub health: Option<HealthConfig>,
 }
 
 /// What is left open when the run ends.
@@ -108,6 +112,7 @@ struct Sim<'a, 'c> {
     clients: Vec<ClientState>,
     sessions: u64,
     detector: Detector,
+    machines: Vec<HealthMachine>,
 }
 
 fn key(t: f64) -> u64 {
@@ -125,7 +130,8 @@ pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
         .into_iter()
         .map(|script| ClientState { script, state: State::Idle { resume: None }, session: 0, session_start: 0.0, intended: 0.0, sent: 0.0, qseq: 0 })
         .collect();
-    let mut sim = Sim { input, col, now: 0.0, seq: 0, queue: BinaryHeap::new(), servers, clients, sessions: 0, detector: Detector::new(k) };
+    let machines = input.health.map_or_else(Vec::new, |cfg| vec![HealthMachine::new(cfg); k]);
+    let mut sim = Sim { input, col, now: 0.0, seq: 0, queue: BinaryHeap::new(), servers, clients, sessions: 0, detector: Detector::new(k), machines };
     sim.start();
     while let Some(Reverse((t, _, ev))) = sim.queue.pop() {
         let t = f64::from_bits(t);
@@ -331,9 +337,16 @@ impl Sim<'_, '_> {
             end_s: now,
             error: error.map(String::from),
         });
+        let budget_ms = w.client.query_timeout_ms as f64;
+        let ms = if error.is_some() { budget_ms } else { (now - c.sent) * 1000.0 };
+        if error != Some("connection lost") {
+            // A timed-out query is the slowest answer, not proof of death.
+            self.evidence(r, Evidence::Query { ms, budget_ms });
+        }
         if let Some(e) = error {
             return self.abort(i, r, e);
         }
+        let c = &mut self.clients[i];
         let State::Session { remaining, in_flight, .. } = &mut c.state else { return };
         *in_flight = None;
         *remaining -= 1;
@@ -374,8 +387,33 @@ impl Sim<'_, '_> {
         self.close(i, r, Some(reason));
     }
 
+    /// Feeds the health machine of `r` (under `--detection suspicion`) and
+    /// applies the transition it makes to the router.
+    fn evidence(&mut self, r: ReplicaId, ev: Evidence) {
+        let Some(m) = self.machines.get_mut(r) else { return };
+        if let Some(t) = m.observe(self.now, ev) {
+            self.apply_health(r, t);
+        }
+    }
+
+    fn apply_health(&mut self, r: ReplicaId, t: Transition) {
+        let cfg = self.input.health.unwrap_or_default();
+        self.col.event(self.now, "health", Some(r), format!("{}->{} ({})", t.from, t.to, t.reason));
+        let routable = t.to != Health::Isolated;
+        if self.input.router.is_healthy(r) != routable {
+            self.input.router.set_health(r, routable);
+            let how = if routable { "up (health)" } else { "down (health)" };
+            self.col.event(self.now, "detect", Some(r), how.to_string());
+        }
+        self.input.router.set_share(r, cfg.share(t.to));
+        self.role_events();
+    }
+
     /// A connection error is evidence: the router removes the replica.
     fn evidence_down(&mut self, r: ReplicaId, how: &str) {
+        if !self.machines.is_empty() {
+            return self.evidence(r, Evidence::Refused);
+        }
         if self.input.router.is_healthy(r) {
             self.input.router.set_health(r, false);
             self.col.event(self.now, "detect", Some(r), format!("down ({how})"));
@@ -452,6 +490,10 @@ impl Sim<'_, '_> {
                 (true, true) => Probe::Timeout,
                 (true, false) => Probe::Ok,
             };
+            if !self.machines.is_empty() {
+                self.probe_health(r, seen);
+                continue;
+            }
             let Some(healthy) = self.detector.observe(r, seen) else { continue };
             if self.input.router.is_healthy(r) != healthy {
                 self.input.router.set_health(r, healthy);
@@ -460,6 +502,20 @@ impl Sim<'_, '_> {
             }
         }
         self.at(self.now + self.input.probe_interval_s, Ev::Probe);
+    }
+
+    /// A probe under the health machine: answers, refusals and timeouts
+    /// are evidence, and the machine's clock advances (probation ends).
+    fn probe_health(&mut self, r: ReplicaId, seen: Probe) {
+        let ev = match seen {
+            Probe::Ok => Evidence::ProbeOk { ms: 0.0 },
+            Probe::Refused => Evidence::Refused,
+            Probe::Timeout => Evidence::ProbeTimeout,
+        };
+        self.evidence(r, ev);
+        if let Some(t) = self.machines[r].tick(self.now) {
+            self.apply_health(r, t);
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use super::workload::from_toml;
 use serde::Deserialize;
 
 /// Names of the built-in presets, for `--help` and errors.
-pub const PRESETS: [&str; 3] = ["premium-fault", "cascade", "none"];
+pub const PRESETS: [&str; 5] = ["premium-fault", "cascade", "gray-pause", "flapping", "none"];
 
 /// The TOML text of a preset, or `None` if `name` is not one.
 pub fn preset(name: &str) -> Option<&'static str> {
@@ -23,6 +23,20 @@ pub fn preset(name: &str) -> Option<&'static str> {
              [[event]]\nt_s = 150\nreplica = \"r2\"\naction = \"down\"\n\
              [[event]]\nt_s = 210\nreplica = \"r1\"\naction = \"rejoin\"\n\
              [[event]]\nt_s = 240\nreplica = \"r2\"\naction = \"rejoin\"\n",
+        ),
+        "gray-pause" => Some(
+            "# Gray failure: a Premium replica stays alive but makes no progress.\n\
+             [[event]]\nt_s = 120\nreplica = \"r1\"\naction = \"pause\"\n\
+             [[event]]\nt_s = 210\nreplica = \"r1\"\naction = \"resume\"\n",
+        ),
+        "flapping" => Some(
+            "# A Premium replica that fails and returns three times.\n\
+             [[event]]\nt_s = 120\nreplica = \"r1\"\naction = \"down\"\n\
+             [[event]]\nt_s = 140\nreplica = \"r1\"\naction = \"rejoin\"\n\
+             [[event]]\nt_s = 160\nreplica = \"r1\"\naction = \"down\"\n\
+             [[event]]\nt_s = 180\nreplica = \"r1\"\naction = \"rejoin\"\n\
+             [[event]]\nt_s = 200\nreplica = \"r1\"\naction = \"down\"\n\
+             [[event]]\nt_s = 220\nreplica = \"r1\"\naction = \"rejoin\"\n",
         ),
         "none" => Some("# No faults.\n"),
         _ => None,

@@ -79,6 +79,11 @@ pub struct RoleChange {
 #[derive(Clone, Debug)]
 struct Replica {
     healthy: bool,
+    /// Share of the new sessions it would be given that it may take (1 = all;
+    /// below 1 while the health machine suspects or probates it).
+    share: f64,
+    /// Round robin: credit toward the next admission under a share below 1.
+    credit: f64,
     role: Role,
     home: Option<Role>,
     active: [u32; 2],
@@ -87,6 +92,18 @@ struct Replica {
 impl Replica {
     fn load(&self) -> u32 {
         self.active[0] + self.active[1]
+    }
+
+    /// Whether new sessions may go to it at all.
+    fn open(&self) -> bool {
+        self.healthy && self.share > 0.0
+    }
+
+    /// Load as least-connections weighs it: a replica at share s looks
+    /// (load + 1) / s - 1 loaded, so it settles at about s times the
+    /// sessions of a full-share peer (weighted least-connections).
+    fn weighted_load(&self) -> f64 {
+        f64::from(self.load() + 1) / self.share - 1.0
     }
 }
 
@@ -121,7 +138,7 @@ impl Router {
             Strategy::Rr | Strategy::Lc => Role::M,
         };
         let replicas = (0..k)
-            .map(|r| Replica { healthy: true, role: role_at(r), home: None, active: [0, 0] })
+            .map(|r| Replica { healthy: true, share: 1.0, credit: 0.0, role: role_at(r), home: None, active: [0, 0] })
             .collect();
         let tau = (cfg.alpha * f64::from(cfg.theta)).floor() as u32;
         Router { cfg, tau, replicas, cursors: [0; 3], changes: Vec::new() }
@@ -135,7 +152,36 @@ impl Router {
     /// Chooses a replica for a new session of `class` and counts it active,
     /// or returns `None` ("no capacity").
     pub fn admit(&mut self, class: Class) -> Option<ReplicaId> {
-        let pick = match self.cfg.strategy {
+        let pick = self.pick(class)?;
+        self.replicas[pick].active[class.idx()] += 1;
+        Some(pick)
+    }
+
+    /// Round robin under shares: a replica at share s takes s of the turns
+    /// it is offered (its credit grows by s a turn); the rest pass it by.
+    fn take_credit(&mut self, r: ReplicaId) -> bool {
+        let rep = &mut self.replicas[r];
+        if rep.share >= 1.0 {
+            return true;
+        }
+        rep.credit += rep.share;
+        let granted = rep.credit >= 1.0;
+        if granted {
+            rep.credit -= 1.0;
+        }
+        granted
+    }
+
+    /// Sets the share of new sessions `replica` may take (clamped to 0..=1;
+    /// 0 stops new sessions like a failure would); open sessions are untouched.
+    pub fn set_share(&mut self, replica: ReplicaId, share: f64) {
+        let rep = &mut self.replicas[replica];
+        rep.share = share.clamp(0.0, 1.0);
+        rep.credit = 0.0;
+    }
+
+    fn pick(&mut self, class: Class) -> Option<ReplicaId> {
+        match self.cfg.strategy {
             Strategy::Rr => self.round_robin(2, |_| true),
             Strategy::RrSplit => {
                 let want = Role::of(class);
@@ -143,9 +189,7 @@ impl Router {
             }
             Strategy::Lc => self.least_loaded(|_| true),
             Strategy::Plb => self.plb_admit(class),
-        }?;
-        self.replicas[pick].active[class.idx()] += 1;
-        Some(pick)
+        }
     }
 
     /// Marks a session of `class` on `replica` as ended (completed or broken).
@@ -208,9 +252,14 @@ impl Router {
     fn round_robin(&mut self, cursor: usize, eligible: impl Fn(&Replica) -> bool) -> Option<ReplicaId> {
         let k = self.replicas.len();
         let start = self.cursors[cursor];
-        let pick = (0..k)
-            .map(|i| (start + i) % k)
-            .find(|&r| self.replicas[r].healthy && eligible(&self.replicas[r]))?;
+        let mut pick = None;
+        for r in (0..k).map(|i| (start + i) % k) {
+            if self.replicas[r].open() && eligible(&self.replicas[r]) && self.take_credit(r) {
+                pick = Some(r);
+                break;
+            }
+        }
+        let pick = pick?;
         self.cursors[cursor] = (pick + 1) % k;
         Some(pick)
     }
@@ -219,8 +268,8 @@ impl Router {
         self.replicas
             .iter()
             .enumerate()
-            .filter(|(_, r)| r.healthy && eligible(r))
-            .min_by_key(|(i, r)| (r.load(), *i))
+            .filter(|(_, r)| r.open() && eligible(r))
+            .min_by(|(i, a), (j, b)| a.weighted_load().total_cmp(&b.weighted_load()).then(i.cmp(j)))
             .map(|(i, _)| i)
     }
 
@@ -319,5 +368,52 @@ impl Router {
             self.replicas[replica].role = to;
             self.changes.push(RoleChange { replica, from, to, reason: "repair" });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn router(strategy: Strategy) -> Router {
+        Router::new(RouterConfig { strategy, replicas: 5, reference: [2, 1, 2], split: (3, 2), theta: 10, alpha: 0.7, mixed_bounded: false })
+    }
+
+    #[test]
+    fn a_share_takes_that_fraction_of_the_sessions() {
+        let mut r = router(Strategy::Rr);
+        r.set_share(0, 0.25);
+        let mut on = [0u32; 5];
+        for _ in 0..1000 {
+            on[r.admit(Class::F).unwrap()] += 1;
+        }
+        // r1 takes a quarter of the turns it is offered: a quarter of what
+        // each full-share replica gets.
+        let peer = f64::from(on[1..].iter().sum::<u32>()) / 4.0;
+        assert!((f64::from(on[0]) - peer / 4.0).abs() <= 2.0, "{on:?}");
+        assert_eq!(on.iter().sum::<u32>(), 1000);
+    }
+
+    #[test]
+    fn share_zero_on_the_only_choice_means_no_capacity_until_restored() {
+        let mut r = router(Strategy::Rr);
+        (1..5).for_each(|i| r.set_health(i, false));
+        r.set_share(0, 0.0);
+        assert_eq!(r.admit(Class::P), None);
+        r.set_share(0, 1.0);
+        assert_eq!(r.admit(Class::P), Some(0));
+        assert_eq!(r.active(0), [1, 0]);
+    }
+
+    #[test]
+    fn plb_sends_premium_past_a_suspect_premium_replica() {
+        let mut r = router(Strategy::Plb);
+        r.set_share(0, 0.5);
+        let picks: Vec<ReplicaId> = (0..15).map(|_| r.admit(Class::P).unwrap()).collect();
+        // Weighted least-connections: r1 settles at (load + 1) = (r2's load + 1) / 2.
+        assert_eq!(picks.iter().filter(|&&p| p == 0).count(), 5, "{picks:?}");
+        assert!(picks.iter().all(|&p| p < 2), "Premium stays on its own role: {picks:?}");
+        assert_eq!(r.active(0), [5, 0]);
+        assert_eq!(r.active(1), [10, 0]);
     }
 }
