@@ -153,6 +153,7 @@ fn summarise(
         wall_s: (wall_s * 1000.0).round() / 1000.0,
         interrupted_by: outcome.interrupted_by.clone(),
         stop_overrun_s: outcome.stop_overrun_s.map(|s| (s * 1000.0).round() / 1000.0),
+        recovery: crate::core::recovery::of_run(&plan.faults, m, plan.router.replicas),
     }
 }
 

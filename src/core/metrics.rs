@@ -99,6 +99,9 @@ impl ClassAgg {
 #[derive(Clone)]
 struct SecondAgg {
     completed: u64,
+    /// Longest wait (actual start - intended start) of a query started in
+    /// this second: the age of the oldest delayed work, for the recovery ledger.
+    wait_max_ms: Option<f64>,
     latency_ms: Histogram<u32>,
     active: u32,
 }
@@ -197,6 +200,9 @@ pub struct RunMetrics {
     pub events: Vec<EventRow>,
     #[serde(skip)]
     pub queries: Option<Vec<QueryRow>>,
+    /// Per second, the longest wait of a query started then (either class).
+    #[serde(skip)]
+    pub backlog: Vec<(f64, Option<f64>)>,
     pub sessions_started: [u64; 2],
     pub sessions_in_flight: [u64; 2],
     pub abort_reasons: Vec<(Class, String, u64)>,
@@ -227,6 +233,7 @@ impl Collector {
         let secs = end.ceil().max(1.0) as usize;
         let second = || SecondAgg {
             completed: 0,
+            wait_max_ms: None,
             latency_ms: Histogram::new(3).expect("valid"),
             active: 0,
         };
@@ -269,6 +276,9 @@ impl Collector {
         let c = q.class.idx();
         let phase = locate(&self.phases, q.end_s);
         let sec = self.second(q.end_s);
+        let started = self.second(q.start_s);
+        let wait = &mut self.seconds[started][c].wait_max_ms;
+        *wait = Some(wait.unwrap_or(0.0).max((q.start_s - q.intended_s) * 1000.0));
         let agg = &mut self.per_phase[phase][c];
         match &q.error {
             None => {
@@ -464,9 +474,16 @@ impl Collector {
                 })
             })
             .collect();
+        let backlog = self
+            .seconds
+            .iter()
+            .enumerate()
+            .map(|(t, sec)| (t as f64, sec[0].wait_max_ms.into_iter().chain(sec[1].wait_max_ms).reduce(f64::max)))
+            .collect();
         RunMetrics {
             phases,
             timeseries,
+            backlog,
             replicas: self.replica_rows,
             replica_cpu,
             events: self.events,

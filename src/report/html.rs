@@ -631,6 +631,7 @@ mod tests {
             })
             .collect::<Vec<_>>();
         let metrics = RunMetrics {
+            backlog: Vec::new(),
             phases: phases.clone(),
             timeseries,
             replicas: replica_rows(),
@@ -694,6 +695,7 @@ mod tests {
             wall_s: 3.25,
             interrupted_by: None,
             stop_overrun_s: None,
+            recovery: Vec::new(),
         };
         (summary, metrics)
     }

@@ -119,6 +119,9 @@ pub struct Summary {
     /// task had stopped. Bounded by the connect and query deadlines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_overrun_s: Option<f64>,
+    /// The recovery ledger: one entry per Down or Pause (issue 9).
+    #[serde(default)]
+    pub recovery: Vec<crate::core::recovery::Entry>,
 }
 
 impl Summary {
