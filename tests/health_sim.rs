@@ -57,3 +57,22 @@ fn a_paused_replica_is_suspected_isolated_and_recovered() {
     assert!(events.contains("r1,down (health)") && events.contains("r1,up (health)"), "router view changes logged");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn every_fault_gets_a_recovery_ledger_entry() {
+    let dir = run("ledger", &["--strategy", "plb", "--faults", "cascade"]);
+    let summary: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    let ledger = summary["recovery"].as_array().expect("recovery ledger in summary.json");
+    assert_eq!(ledger.len(), 2, "two Downs in the cascade: {ledger:?}");
+    for (e, (replica, at, end)) in ledger.iter().zip([("r1", 120.0, 210.0), ("r2", 150.0, 240.0)]) {
+        assert_eq!(e["replica"], replica);
+        assert_eq!(e["action"], "Down");
+        assert_eq!(e["at_s"].as_f64(), Some(at));
+        let d = |k: &str| e[k].as_f64().unwrap_or_else(|| panic!("{k} missing in {e}"));
+        assert!(d("detect_s") < 1.0 && d("isolate_s") >= d("detect_s"), "{e}");
+        let back = d("accepts_again_s");
+        assert!(back >= end - at && back <= end - at + 1.0, "answering again within a probe interval of the rejoin: {e}");
+        assert!(d("premium_p95_back_s") >= end - at, "service recovery is looked for from the rejoin on: {e}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
