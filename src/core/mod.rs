@@ -10,5 +10,6 @@ pub mod model;
 pub mod phases;
 pub mod roles;
 pub mod router;
+pub mod saturation;
 pub mod schedule;
 pub mod workload;

@@ -119,6 +119,10 @@ pub struct Summary {
     /// task had stopped. Bounded by the connect and query deadlines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_overrun_s: Option<f64>,
+    /// Real backends: plbbench's own CPU, schedule lag and memory, and
+    /// whether the generator was saturated (issue 7's guard).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator: Option<crate::core::saturation::GeneratorReport>,
 }
 
 impl Summary {
