@@ -18,7 +18,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Exp};
 use serde::Serialize;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Barrier, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_postgres::Config;
@@ -172,12 +172,8 @@ pub fn template(sql: &str, key_range: u64) -> QueryTemplate {
 /// `plbbench bench`: runs the benchmark and prints its result.
 pub fn bench(args: BenchArgs) -> Result<(), Error> {
     let spec = args.spec()?;
-    let mut rt = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = args.threads {
-        rt.worker_threads(n);
-    }
-    let rt = rt.enable_all().build().context("starting the tokio runtime")?;
-    let r = rt.block_on(measure(&spec))?;
+    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let r = measure(&spec, threads)?;
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&r).context("json")?),
         Format::Text => {
@@ -216,44 +212,71 @@ impl Arrivals {
     }
 }
 
-/// Opens every connection, then runs the benchmark; fails when a
-/// connection cannot be opened or prepared.
-pub async fn measure(spec: &BenchSpec) -> Result<BenchResult, Error> {
-    let mut clients = Vec::with_capacity(spec.connections as usize);
-    for i in 0..spec.connections as usize {
-        let cfg = &spec.servers[i % spec.servers.len()];
-        let client = crate::cluster::pgconn::connect(cfg, Duration::from_secs(10))
-            .await
-            .with_context(|| format!("opening connection {} of {}", i + 1, spec.connections))?;
-        let st = if spec.prepared { Some(prepare(&client, &spec.query).await.context("preparing the query")?) } else { None };
-        clients.push((client, st));
-    }
+/// Runs the benchmark on `threads` OS threads, each a current-thread tokio
+/// runtime owning every `threads`-th connection (as `pgbench -j`: no work
+/// stealing and no cross-thread wake-ups between a connection and its
+/// client). Every connection is opened (and prepared) before the clock
+/// starts; fails when one cannot be.
+pub fn measure(spec: &BenchSpec, threads: usize) -> Result<BenchResult, Error> {
+    let threads = threads.clamp(1, spec.connections as usize);
     let arrivals = spec.rate.map(|r| {
         Arc::new(Mutex::new(Arrivals { next_s: 0.0, gaps: Exp::new(r).expect("positive rate"), rng: ChaCha8Rng::seed_from_u64(spec.seed) }))
     });
-    let cpu0 = own_cpu_seconds();
-    let start = Instant::now();
-    let deadline = start + spec.duration;
-    let tasks: Vec<_> = clients
-        .into_iter()
-        .enumerate()
-        .map(|(i, (client, st))| {
-            let q = spec.query.clone();
-            let arrivals = arrivals.clone();
-            let seed = spec.seed.wrapping_mul(1_000_003).wrapping_add(i as u64);
-            tokio::spawn(async move { connection(client, st, q, arrivals, seed, start, deadline).await })
-        })
-        .collect();
+    // Every thread and this one meet once all connections are open; this
+    // one then sets the start, and they meet again.
+    let (opened, go) = (Barrier::new(threads + 1), Barrier::new(threads + 1));
+    let start: OnceLock<Instant> = OnceLock::new();
+    let (tallies, cpu, elapsed_s) = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (opened, go, start, arrivals) = (&opened, &go, &start, arrivals.clone());
+                scope.spawn(move || -> Result<Vec<Tally>, Error> {
+                    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting a tokio runtime");
+                    let mine: Vec<usize> = (t..spec.connections as usize).step_by(threads).collect();
+                    let clients = match &rt {
+                        Ok(rt) => rt.block_on(open(spec, &mine)),
+                        Err(_) => Ok(Vec::new()),
+                    };
+                    opened.wait();
+                    go.wait();
+                    let (rt, clients) = (rt?, clients?);
+                    let start = *start.get().expect("set before the second barrier");
+                    let deadline = start + spec.duration;
+                    rt.block_on(async {
+                        let tasks: Vec<_> = clients
+                            .into_iter()
+                            .zip(&mine)
+                            .map(|((client, st), &i)| {
+                                let (q, arrivals) = (spec.query.clone(), arrivals.clone());
+                                let seed = spec.seed.wrapping_mul(1_000_003).wrapping_add(i as u64);
+                                tokio::spawn(connection(client, st, q, arrivals, seed, start, deadline))
+                            })
+                            .collect();
+                        let mut out = Vec::new();
+                        for t in tasks {
+                            out.push(t.await.context("a connection task panicked")?);
+                        }
+                        Ok(out)
+                    })
+                })
+            })
+            .collect();
+        opened.wait();
+        let cpu0 = own_cpu_seconds();
+        let _ = start.set(Instant::now());
+        go.wait();
+        let tallies: Vec<_> = workers.into_iter().map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect();
+        let elapsed_s = start.get().expect("set").elapsed().as_secs_f64();
+        let cpu = cpu0.zip(own_cpu_seconds()).map(|(a, b)| r4((b - a) / elapsed_s));
+        (tallies, cpu, elapsed_s)
+    });
     let mut latency_us = Histogram::<u64>::new(3).expect("valid");
     let (mut ok, mut errors) = (0, 0);
-    for t in tasks {
-        let tally = t.await.context("a connection task panicked")?;
+    for tally in tallies.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter().flatten() {
         latency_us.add(&tally.latency_us).expect("same precision");
         ok += tally.ok;
         errors += tally.errors;
     }
-    let elapsed_s = start.elapsed().as_secs_f64();
-    let cpu = cpu0.zip(own_cpu_seconds()).map(|(a, b)| r4((b - a) / elapsed_s));
     let q = |p: f64| r4(latency_us.value_at_quantile(p) as f64 / 1000.0);
     Ok(BenchResult {
         mode: if spec.rate.is_some() { "open" } else { "closed" },
@@ -270,6 +293,20 @@ pub async fn measure(spec: &BenchSpec) -> Result<BenchResult, Error> {
         max_ms: r4(latency_us.max() as f64 / 1000.0),
         generator_cpu_cores: cpu,
     })
+}
+
+/// Opens (and prepares on) the connections numbered `which`.
+async fn open(spec: &BenchSpec, which: &[usize]) -> Result<Vec<(tokio_postgres::Client, Option<tokio_postgres::Statement>)>, Error> {
+    let mut clients = Vec::with_capacity(which.len());
+    for &i in which {
+        let cfg = &spec.servers[i % spec.servers.len()];
+        let client = crate::cluster::pgconn::connect(cfg, Duration::from_secs(10))
+            .await
+            .with_context(|| format!("opening connection {} of {}", i + 1, spec.connections))?;
+        let st = if spec.prepared { Some(prepare(&client, &spec.query).await.context("preparing the query")?) } else { None };
+        clients.push((client, st));
+    }
+    Ok(clients)
 }
 
 /// One connection's loop until `deadline`: back to back (closed) or at the

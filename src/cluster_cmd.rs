@@ -148,7 +148,6 @@ fn throughput_under_quota(c: &mut LocalCluster, w: &crate::core::workload::Workl
         return Ok(());
     }
     c.set_cpus(0, args.cpus).context("setting r1's CPU quota")?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("tokio")?;
     println!("template,class,cpus,connections,qps_at_quota,p50_ms,p99_ms,implied_cpu_ms,generator_cpu_cores");
     for q in &w.query {
         let spec = crate::bench::BenchSpec {
@@ -160,7 +159,7 @@ fn throughput_under_quota(c: &mut LocalCluster, w: &crate::core::workload::Workl
             rate: None,
             seed: 1,
         };
-        let r = runtime.block_on(crate::bench::measure(&spec))?;
+        let r = crate::bench::measure(&spec, 2)?;
         let implied = if r.qps > 0.0 { format!("{:.2}", args.cpus * 1000.0 / r.qps) } else { "-".into() };
         let cpu = r.generator_cpu_cores.map_or("-".into(), |c| format!("{c:.3}"));
         println!("{},{},{},{},{:.2},{:.2},{:.2},{implied},{cpu}", q.name, q.class, args.cpus, args.connections, r.qps, r.p50_ms, r.p99_ms);
