@@ -5,8 +5,8 @@
 #      x 3 mixes x 2 presets x 5 repeats, T=1000, 300 simulated s each);
 #   2. one cascade run at T = 1k, 10k, 100k clients (cost vs T), with the
 #      peak RSS of each (memory target: T=100k in <= 1 GiB);
-#   3. one cascade run at T=10k for 300, 600, 1200 simulated s (cost vs
-#      run length, via --time-scale 1, 2, 4).
+#   3. one run without faults at T=10k for 300, 600, 1200, 2400 simulated s
+#      (cost vs run length, via --time-scale 1, 2, 4, 8).
 # Prints markdown tables. Usage: scripts/bench-sim.sh [N (5)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,20 +36,20 @@ done
 printf 'full paper grid (120 sim runs, T=1000, 300 s each): median %.2f s wall of %d (target <= 60 s)\n\n' \
     "$(printf '%s\n' "${walls[@]}" | median)" "$n"
 
-# row LABEL ARGS...: median wall and max peak RSS of N cascade runs.
+# row LABEL ARGS...: median wall and max peak RSS of N runs.
 row() {
     local label=$1 walls=() peak=0 i
     shift
     for i in $(seq "$n"); do
-        timed "$bin" run --cluster sim --faults cascade --seed "$i" --quiet --force --out "$out/run" "$@"
+        timed "$bin" run --cluster sim --seed "$i" --quiet --force --out "$out/run" "$@"
         walls+=("$wall"); (( rss > peak )) && peak=$rss
     done
     printf '| %s | %.3f | %.1f |\n' "$label" "$(printf '%s\n' "${walls[@]}" | median)" "$(echo "$peak / 1024" | bc -l)"
 }
 echo "| clients T (300 simulated s) | median wall s | peak RSS MiB |"
 echo "| --- | --- | --- |"
-for t in 1000 10000 100000; do row "$t" --T "$t"; done
+for t in 1000 10000 100000; do row "$t" --faults cascade --T "$t"; done
 echo
-echo "| simulated seconds (T=10000) | median wall s | peak RSS MiB |"
+echo "| simulated seconds (T=10000, no faults) | median wall s | peak RSS MiB |"
 echo "| --- | --- | --- |"
-for x in 1 2 4; do row "$((300 * x))" --T 10000 --time-scale "$x"; done
+for x in 1 2 4 8; do row "$((300 * x))" --faults none --T 10000 --time-scale "$x"; done
