@@ -17,13 +17,16 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 for _ in $(seq 40); do [[ -e /tmp/plbbench-quiet.lock ]] || break; echo "bench-mem-real: waiting for a quiet machine" >&2; sleep 30; done
 
+# A private state directory: never a cluster left by `plbbench cluster up`,
+# nor the shared default run directory of other runs on this machine.
+export PLBBENCH_STATE_DIR=$out/state
 field() { grep -o "\"$1\": *[0-9.]*" "$2" | head -n 1 | sed 's/.*: *//'; }
 declare -A rss sessions
 for t in "$small" "$big"; do
-    "$bin" run --cluster local --faults none --time-scale 0.2 --T "$t" --quiet --out "$out/t$t" >/dev/null 2>"$out/stderr" \
+    "$bin" run --cluster local --faults none --time-scale 0.2 --T "$t" --quiet --out "$out/out-t$t" >/dev/null 2>"$out/stderr" \
         || { cat "$out/stderr" >&2; exit 1; }
-    rss[$t]=$(field rss_peak_mib "$out/t$t/summary.json")
-    sessions[$t]=$(field sessions_peak "$out/t$t/summary.json")
+    rss[$t]=$(field rss_peak_mib "$out/out-t$t/summary.json")
+    sessions[$t]=$(field sessions_peak "$out/out-t$t/summary.json")
 done
 echo "| T | peak open sessions | plbbench peak RSS MiB | KiB per open session (whole process) |"
 echo "| --- | --- | --- | --- |"
