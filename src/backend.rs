@@ -7,6 +7,7 @@ use crate::cluster::local::{default_state_dir, LocalCluster, LocalOptions};
 use crate::core::health::HealthConfig;
 use crate::core::metrics::Collector;
 use crate::core::router::Router;
+use crate::core::saturation::GeneratorReport;
 use crate::core::schedule;
 use crate::driver::{self, DriverInput};
 use crate::error::Error;
@@ -130,9 +131,10 @@ pub fn run_local(plan: &Plan, collector: Collector) -> Result<(Collector, Backen
         partial: out.partial,
         postgres_version,
         cpu_budget_enforced,
-        verdicts: vec![stop_verdict(overrun_s)],
+        verdicts: vec![stop_verdict(overrun_s)].into_iter().chain(out.generator.as_ref().map(generator_verdict)).collect(),
         interrupted_by: out.signal.map(String::from),
         stop_overrun_s: Some(overrun_s),
+        generator: out.generator,
     };
     Ok((collector, outcome))
 }
@@ -148,6 +150,11 @@ fn stop_verdict(overrun_s: f64) -> Verdict {
         ok: overrun_s <= STOP_WITHIN_S,
         detail: format!("every session, probe and fault task stopped {overrun_s:.2} s after the planned end (limit {STOP_WITHIN_S} s)"),
     }
+}
+
+/// The saturation guard's verdict: fails when plbbench itself was the bottleneck.
+fn generator_verdict(g: &GeneratorReport) -> Verdict {
+    Verdict { name: "generator not saturated".into(), ok: !g.saturated, detail: g.detail() }
 }
 
 /// Leaves a shared cluster as the run found it: every replica the schedule

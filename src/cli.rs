@@ -33,6 +33,8 @@ pub enum Command {
     Compare(crate::compare::CompareArgs),
     /// Rebuild the archive page index.html of every run and experiment under reports/.
     Archive(crate::archive::ArchiveArgs),
+    /// Raw generator speed against given servers: closed-loop maximum qps (or open loop at a Poisson rate) and latency percentiles.
+    Bench(crate::bench::BenchArgs),
 }
 
 /// `plbbench calibrate`.
@@ -44,6 +46,15 @@ pub struct CalibrateArgs {
     /// Queries per template.
     #[arg(long, default_value_t = 200, value_name = "N")]
     pub queries: u32,
+    /// CPU quota (cores) under which throughput is also measured with `bench` machinery (0 skips that part).
+    #[arg(long, default_value_t = 0.3, value_name = "C")]
+    pub cpus: f64,
+    /// Connections of each throughput measurement under the quota.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub connections: u32,
+    /// Seconds of each throughput measurement under the quota.
+    #[arg(long, default_value_t = 5.0, value_name = "S")]
+    pub seconds: f64,
 }
 
 /// Which cluster runs the sessions.

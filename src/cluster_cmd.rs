@@ -2,7 +2,9 @@
 //! commands over the local backend. `up` leaves the cluster running for later
 //! runs; `calibrate` measures each query template's CPU cost on one replica,
 //! which is what the simulator's `cpu_ms` and the workload's think time are
-//! calibrated from.
+//! calibrated from, and then the replica's throughput under its CPU quota
+//! with the `bench` machinery (a check of the first method: at saturation,
+//! qps x cost should be about the quota).
 
 use crate::cli::{CalibrateArgs, ClusterAction, ClusterArgs, ClusterKind};
 use crate::cluster::local::{default_state_dir, LocalCluster, LocalOptions};
@@ -94,6 +96,15 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
     if args.queries == 0 {
         return Err(input("--queries", "must be at least 1"));
     }
+    if !(args.cpus.is_finite() && args.cpus >= 0.0) {
+        return Err(input("--cpus", format!("must be a non-negative number of cores, got {}", args.cpus)));
+    }
+    if args.connections == 0 {
+        return Err(input("--connections", "must be at least 1"));
+    }
+    if !(args.seconds.is_finite() && args.seconds > 0.0) {
+        return Err(input("--seconds", format!("must be a positive number of seconds, got {}", args.seconds)));
+    }
     let mut w = load_workload(args.workload.as_deref())?;
     let opts = LocalOptions {
         replicas: 1,
@@ -104,7 +115,7 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
         ..LocalOptions::default()
     };
     eprintln!("plbbench: starting one unthrottled replica (dataset scale {})", opts.scale);
-    let c = LocalCluster::up(&opts).context("starting the calibration replica")?;
+    let mut c = LocalCluster::up(&opts).context("starting the calibration replica")?;
     let cfg = c.config(0);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("tokio")?;
     println!("template,class,queries,cpu_ms,wall_ms");
@@ -114,6 +125,9 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
         println!("{},{},{},{:.2},{:.2}", q.name, q.class, args.queries, cpu_ms, wall_ms);
         w.query[i].cpu_ms = (cpu_ms * 100.0).round() / 100.0;
     }
+    if args.cpus > 0.0 {
+        throughput_under_quota(&mut c, &w, &args)?;
+    }
     drop(c);
     let between = w.between_for_utilisation(0.70, 1000, 25, 5, 0.3);
     eprintln!(
@@ -122,6 +136,34 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
         w.mean_cpu_ms(Class::F),
         between
     );
+    Ok(())
+}
+
+/// The second method: r1 under a quota of `--cpus` cores, each template
+/// driven closed-loop by `--connections` connections for `--seconds`; the
+/// implied cost is quota / qps.
+fn throughput_under_quota(c: &mut LocalCluster, w: &crate::core::workload::Workload, args: &CalibrateArgs) -> Result<(), Error> {
+    if !c.cpu_budget_enforced() {
+        eprintln!("plbbench: cgroups are not writable here: no quota to measure throughput under (skipped)");
+        return Ok(());
+    }
+    c.set_cpus(0, args.cpus).context("setting r1's CPU quota")?;
+    println!("template,class,cpus,connections,qps_at_quota,p50_ms,p99_ms,implied_cpu_ms,generator_cpu_cores");
+    for q in &w.query {
+        let spec = crate::bench::BenchSpec {
+            servers: vec![c.config(0)],
+            query: q.clone(),
+            connections: args.connections,
+            duration: std::time::Duration::from_secs_f64(args.seconds),
+            prepared: true,
+            rate: None,
+            seed: 1,
+        };
+        let r = crate::bench::measure(&spec, 2)?;
+        let implied = if r.qps > 0.0 { format!("{:.2}", args.cpus * 1000.0 / r.qps) } else { "-".into() };
+        let cpu = r.generator_cpu_cores.map_or("-".into(), |c| format!("{c:.3}"));
+        println!("{},{},{},{},{:.2},{:.2},{:.2},{implied},{cpu}", q.name, q.class, args.cpus, args.connections, r.qps, r.p50_ms, r.p99_ms);
+    }
     Ok(())
 }
 

@@ -3,7 +3,10 @@
 //! chose, running its queries with think times, and reporting every query
 //! and session to one collector task over a channel. Alongside run a fault
 //! injector, health probes (the router is not told of faults unless
-//! `--detection oracle`) and a once-per-second CPU sampler.
+//! `--detection oracle`) and a once-per-second CPU sampler, which also
+//! samples plbbench's own CPU for the generator saturation guard
+//! (`core::saturation`; every session start and query reports its schedule
+//! lag to it too).
 //!
 //! Stopping: at the planned end every task stops at once and queries still
 //! running are dropped (so no phase counts work done after its end). The
@@ -21,6 +24,7 @@ use crate::core::detect::{Detector, Probe};
 use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
 use crate::core::model::{Action, Class, FaultEvent, ReplicaId};
 use crate::core::router::Router;
+use crate::core::saturation::{GeneratorLoad, GeneratorReport};
 use crate::core::schedule::Client;
 use crate::core::workload::{QueryTemplate, Workload};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -43,7 +47,18 @@ enum Msg {
     Ended(SessionRecord),
     Event(f64, &'static str, Option<ReplicaId>, String),
     Sample(f64, Vec<ReplicaSample>),
+    /// Schedule lag of a session start or query, seconds.
+    Lag(f64),
+    /// plbbench's cumulative CPU seconds at a run time, and sessions open.
+    Generator(f64, f64, u64),
 }
+
+/// Test-only knob (documented in the README's test section): busy-spin this
+/// many milliseconds of CPU inside the generator loop before every session
+/// start and query, to starve the generator on purpose so the saturation
+/// guard's integration test can check that such a run is flagged. Never set
+/// it for a measurement.
+pub const TEST_BURN_ENV: &str = "PLBBENCH_TEST_GENERATOR_BURN_MS";
 
 /// What a real run needs.
 pub struct DriverInput {
@@ -78,6 +93,8 @@ pub struct DriverOutcome {
     /// Run time (seconds) when every task had stopped: the planned end (or
     /// the signal plus the drain) plus however long stopping took.
     pub ended_s: f64,
+    /// How hard plbbench itself worked (the saturation guard's verdict).
+    pub generator: Option<GeneratorReport>,
 }
 
 /// SIGINT and SIGTERM as one stream. Listening replaces their default
@@ -132,6 +149,8 @@ struct Ctx {
     /// Per replica, when a failure was last observed (f64 seconds as bits).
     failed_s: Vec<AtomicU64>,
     sessions: AtomicU64,
+    /// [`TEST_BURN_ENV`]: CPU to burn before each session start and query.
+    burn: Option<Duration>,
 }
 
 impl Ctx {
@@ -182,6 +201,43 @@ impl Ctx {
     fn stopped(&self) -> bool {
         *self.stop.borrow()
     }
+
+    /// Records the schedule lag of something due at `due_s` that starts now;
+    /// then the test-only burn, which stands for a generator with too much
+    /// work (it delays the other clients on this worker thread).
+    fn started_late(&self, due_s: f64) {
+        self.send(Msg::Lag(self.now() - due_s));
+        if let Some(d) = self.burn {
+            let t = std::time::Instant::now();
+            while t.elapsed() < d {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+/// plbbench's own CPU seconds so far (user + system, all threads).
+pub fn own_cpu_seconds() -> Option<f64> {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let u = getrusage(UsageWho::RUSAGE_SELF).ok()?;
+    let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    Some(secs(u.user_time()) + secs(u.system_time()))
+}
+
+/// plbbench's peak resident memory so far (VmHWM of /proc/self/status), KiB.
+pub fn own_peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The test-only burn from [`TEST_BURN_ENV`], if set to a positive number.
+fn test_burn() -> Option<Duration> {
+    let ms: f64 = std::env::var(TEST_BURN_ENV).ok()?.trim().parse().ok()?;
+    (ms.is_finite() && ms > 0.0).then(|| {
+        eprintln!("plbbench: warning: {TEST_BURN_ENV}={ms} burns CPU in the generator on purpose (test only)");
+        Duration::from_secs_f64(ms / 1000.0)
+    })
 }
 
 /// Sleeps until `t`, or returns false early when the run stops.
@@ -216,6 +272,7 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<LocalCluster>>, collecto
         actual_up: (0..k).map(|_| AtomicBool::new(true)).collect(),
         failed_s: (0..k).map(|_| AtomicU64::new(f64::NEG_INFINITY.to_bits())).collect(),
         sessions: AtomicU64::new(0),
+        burn: test_burn(),
     });
     let collecting = tokio::spawn(collect(rx, collector));
     let clients: Vec<_> = input.clients.into_iter().map(|c| tokio::spawn(client(ctx.clone(), c))).collect();
@@ -246,9 +303,10 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<LocalCluster>>, collecto
     bar.finish_and_clear();
     let ended_s = ctx.now();
     drop(ctx);
-    let collector = collecting.await.expect("collector task");
+    let (collector, load) = collecting.await.expect("collector task");
     let (signal, interrupted_s) = (interrupted.map(|i| i.0), interrupted.map(|i| i.1));
-    (collector, DriverOutcome { in_flight, partial: interrupted_s.is_some(), interrupted_s, signal, ended_s })
+    let generator = Some(load.report(own_peak_rss_kib()));
+    (collector, DriverOutcome { in_flight, partial: interrupted_s.is_some(), interrupted_s, signal, ended_s, generator })
 }
 
 /// Waits for every client; returns the sessions left open per class.
@@ -290,7 +348,8 @@ async fn drain(
     }
 }
 
-async fn collect(mut rx: mpsc::UnboundedReceiver<Msg>, mut col: Collector) -> Collector {
+async fn collect(mut rx: mpsc::UnboundedReceiver<Msg>, mut col: Collector) -> (Collector, GeneratorLoad) {
+    let mut load = GeneratorLoad::new();
     while let Some(m) = rx.recv().await {
         match m {
             Msg::Query(q) => col.query(q),
@@ -298,9 +357,14 @@ async fn collect(mut rx: mpsc::UnboundedReceiver<Msg>, mut col: Collector) -> Co
             Msg::Ended(s) => col.session_ended(s),
             Msg::Event(t, kind, r, detail) => col.event(t, kind, r, detail),
             Msg::Sample(t, s) => col.sample(t, &s),
+            Msg::Lag(l) => load.lag(l),
+            Msg::Generator(t, cpu, open) => {
+                load.cpu(t, cpu);
+                load.sessions(open);
+            }
         }
     }
-    col
+    (col, load)
 }
 
 fn progress_bar(show: bool, duration_s: f64) -> indicatif::ProgressBar {
@@ -333,6 +397,7 @@ async fn client(ctx: Arc<Ctx>, mut script: Client) -> Option<Class> {
         if !wait_until(&ctx, ctx.at(intended)).await {
             return None;
         }
+        ctx.started_late(intended);
         let admitted = {
             let mut router = ctx.router.lock().expect("router lock");
             let r = router.admit(class);
@@ -387,6 +452,11 @@ async fn session(ctx: &Ctx, script: &mut Client, r: ReplicaId, queries: u32, int
     for left in (1..=queries).rev() {
         if !wait_until(ctx, ctx.at(due)).await {
             return SessionEnd::Stopped;
+        }
+        if left < queries {
+            // The first query was due at the session's start, before the
+            // connection: its wait is the database's, not the generator's.
+            ctx.started_late(due);
         }
         let draw = script.query(w);
         let sent = ctx.now();
@@ -550,15 +620,27 @@ fn snapshot(ctx: &Ctx, cluster: &Mutex<LocalCluster>) -> Vec<ReplicaSample> {
         .collect()
 }
 
+/// plbbench's own CPU and the sessions open now, for the saturation guard.
+fn generator_sample(ctx: &Ctx, replicas: &[ReplicaSample]) {
+    if let Some(cpu) = own_cpu_seconds() {
+        let open = replicas.iter().map(|r| u64::from(r.active[0] + r.active[1])).sum();
+        ctx.send(Msg::Generator(ctx.now(), cpu, open));
+    }
+}
+
 /// Once per second, and once more at the end so the last phase has its CPU.
 async fn sample(ctx: Arc<Ctx>, cluster: Arc<Mutex<LocalCluster>>, bar: indicatif::ProgressBar) {
     let mut t = 0.0;
     loop {
-        ctx.send(Msg::Sample(ctx.now(), snapshot(&ctx, &cluster)));
+        let view = snapshot(&ctx, &cluster);
+        generator_sample(&ctx, &view);
+        ctx.send(Msg::Sample(ctx.now(), view));
         bar.set_position(t as u64);
         t += 1.0;
         if !wait_until(&ctx, ctx.at(t)).await {
-            ctx.send(Msg::Sample(ctx.now(), snapshot(&ctx, &cluster)));
+            let view = snapshot(&ctx, &cluster);
+            generator_sample(&ctx, &view);
+            ctx.send(Msg::Sample(ctx.now(), view));
             return;
         }
     }

@@ -5,6 +5,7 @@
 
 pub mod archive;
 pub mod backend;
+pub mod bench;
 pub mod cli;
 pub mod cluster;
 pub mod cluster_cmd;
@@ -46,6 +47,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Calibrate(args) => cluster_cmd::calibrate(args),
         Command::Compare(args) => compare::compare(args),
         Command::Archive(args) => archive::archive(args),
+        Command::Bench(args) => bench::bench(args),
     }
 }
 

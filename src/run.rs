@@ -31,6 +31,8 @@ pub struct BackendOutcome {
     pub interrupted_by: Option<String>,
     /// Real backends: how long stopping took past the planned end.
     pub stop_overrun_s: Option<f64>,
+    /// Real backends: how hard plbbench itself worked (saturation guard).
+    pub generator: Option<crate::core::saturation::GeneratorReport>,
 }
 
 /// The result of one run.
@@ -154,6 +156,7 @@ fn summarise(
         interrupted_by: outcome.interrupted_by.clone(),
         stop_overrun_s: outcome.stop_overrun_s.map(|s| (s * 1000.0).round() / 1000.0),
         recovery: crate::core::recovery::of_run(&plan.faults, m, plan.router.replicas),
+        generator: outcome.generator.clone(),
     }
 }
 

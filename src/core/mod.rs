@@ -12,5 +12,6 @@ pub mod phases;
 pub mod recovery;
 pub mod roles;
 pub mod router;
+pub mod saturation;
 pub mod schedule;
 pub mod workload;

@@ -45,6 +45,8 @@ pub fn render(summary: &Summary, metrics: &RunMetrics) -> Result<String, ReportE
 struct Page {
     title: Title,
     partial: bool,
+    /// The saturation guard's finding when the generator was the bottleneck.
+    generator_saturated: Option<String>,
     failing: Vec<Verdict>,
     colours: Colours,
     settings: Vec<Item>,
@@ -257,6 +259,7 @@ impl Page {
         Ok(Page {
             title: title(s),
             partial: s.partial,
+            generator_saturated: s.generator.as_ref().filter(|g| g.saturated).map(|g| g.detail()),
             failing: s.verdicts.iter().filter(|v| !v.ok).cloned().collect(),
             colours: Colours::new(),
             settings: settings(s),
@@ -370,6 +373,20 @@ fn environment(s: &Summary) -> Vec<Item> {
         item("started (UTC)", e.started_utc.clone()),
         item("wall-clock time", format!("{} s", sig3(s.wall_s))),
     ]
+    .into_iter()
+    .chain(s.generator.as_ref().map(|g| Item {
+        label: "load generator",
+        value: format!(
+            "CPU max {} cores, mean {}; schedule lag p50 {} ms, p99 {} ms; peak RSS {} MiB",
+            sig3(g.cpu_max_cores),
+            sig3(g.cpu_mean_cores),
+            sig3(g.lag_p50_ms),
+            sig3(g.lag_p99_ms),
+            g.rss_peak_mib.map_or(DASH.into(), sig3)
+        ),
+        alert: g.saturated.then(|| "SATURATED: the generator, not the database, limited this run".into()),
+    }))
+    .collect()
 }
 
 /// The phase table: one group per phase in file order, rows P then F.
@@ -696,6 +713,7 @@ mod tests {
             interrupted_by: None,
             stop_overrun_s: None,
             recovery: Vec::new(),
+            generator: None,
         };
         (summary, metrics)
     }
@@ -740,6 +758,24 @@ mod tests {
         s.verdicts.retain(|v| v.ok);
         let html = render(&s, &m).unwrap();
         assert!(!html.contains("NOT ENFORCED") && !html.contains("failing-verdicts"));
+    }
+
+    #[test]
+    fn saturated_generator_gets_a_banner_and_a_setting_row() {
+        let (mut s, m) = synthetic(false, "w");
+        assert!(!render(&s, &m).unwrap().contains("generator-banner"));
+        let mut load = crate::core::saturation::GeneratorLoad::new();
+        load.cpu(0.0, 0.0);
+        load.cpu(1.0, 0.2);
+        s.generator = Some(load.report(Some(4096)));
+        let html = render(&s, &m).unwrap();
+        assert!(html.contains("load generator") && html.contains("peak RSS 4.00 MiB"), "setting row");
+        assert!(!html.contains("generator-banner") && !html.contains("SATURATED"));
+        load.cpu(2.0, 1.5);
+        s.generator = Some(load.report(None));
+        let html = render(&s, &m).unwrap();
+        let banner = &html[html.find(r#"id="generator-banner""#).expect("banner")..];
+        assert!(banner[..banner.find("</div>").unwrap()].contains("1.30 cores"), "{banner}");
     }
 
     #[test]

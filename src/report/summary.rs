@@ -122,6 +122,10 @@ pub struct Summary {
     /// The recovery ledger: one entry per Down or Pause (issue 9).
     #[serde(default)]
     pub recovery: Vec<crate::core::recovery::Entry>,
+    /// Real backends: plbbench's own CPU, schedule lag and memory, and
+    /// whether the generator was saturated (issue 7's guard).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator: Option<crate::core::saturation::GeneratorReport>,
 }
 
 impl Summary {

@@ -107,6 +107,11 @@ impl<'a> Running<'a> {
     /// Starts `plbbench run --cluster local --faults FAULTS` in `sb` with
     /// `args` added.
     pub fn start(sb: &'a Sandbox, faults: &str, args: &[&str]) -> Running<'a> {
+        Running::start_env(sb, faults, args, &[])
+    }
+
+    /// [`Running::start`] with extra environment variables.
+    pub fn start_env(sb: &'a Sandbox, faults: &str, args: &[&str], env: &[(&str, &str)]) -> Running<'a> {
         let file = |n: &str| Stdio::from(std::fs::File::create(sb.root.join(n)).unwrap());
         let child = Command::new(env!("CARGO_BIN_EXE_plbbench"))
             .args([
@@ -123,6 +128,7 @@ impl<'a> Running<'a> {
             .arg(sb.out())
             .args(args)
             .env("PLBBENCH_STATE_DIR", sb.state_dir())
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(file("stdout.txt"))
             .stderr(file("stderr.txt"))
