@@ -2,7 +2,8 @@
 //! and router, runs the sessions on the simulator or a real cluster, and
 //! returns the filled collector with what the backend observed.
 
-use crate::cli::Detection;
+use crate::cli::{Admission, Detection};
+use crate::core::admission::Gate;
 use crate::cluster::local::{default_state_dir, LocalCluster, LocalOptions};
 use crate::core::metrics::Collector;
 use crate::core::router::Router;
@@ -29,6 +30,16 @@ fn probe_interval(plan: &Plan) -> Option<Duration> {
     }
 }
 
+/// The admission gate of `--admission modes`, if any.
+pub fn gate(plan: &Plan) -> Option<Gate> {
+    let d = &plan.workload.degradation;
+    let per_replica = match d.replica_sessions {
+        0 => plan.args.common.clients.div_ceil(plan.args.common.replicas as u32),
+        n => n,
+    };
+    (plan.args.admission == Admission::Modes).then(|| Gate::new(d.clone(), plan.args.common.time_scale, per_replica))
+}
+
 /// Runs the plan on the simulator.
 pub fn run_sim(plan: &Plan, mut collector: Collector) -> (Collector, BackendOutcome) {
     let out = sim::run(
@@ -40,6 +51,7 @@ pub fn run_sim(plan: &Plan, mut collector: Collector) -> (Collector, BackendOutc
             cpus: plan.args.common.cpus,
             duration_s: plan.duration_s,
             probe_interval_s: probe_interval(plan).map_or(0.0, |d| d.as_secs_f64()),
+            gate: gate(plan),
         },
         &mut collector,
     );

@@ -78,7 +78,11 @@ pub fn settings(plan: &Plan) -> Settings {
     let a = &plan.args;
     let r = plan.router.reference;
     Settings {
-        strategy: a.strategy.to_string(),
+        // With admission the cell is a different system: `plb+modes`.
+        strategy: match a.admission {
+            crate::cli::Admission::None => a.strategy.to_string(),
+            other => format!("{}+{}", a.strategy, other.name()),
+        },
         mix: format!("{}:{}", plan.premium_pct, 100 - plan.premium_pct),
         clients: a.common.clients,
         replicas: a.common.replicas,
@@ -96,6 +100,7 @@ pub fn settings(plan: &Plan) -> Settings {
             Detection::Probe => format!("probe every {} ms", a.common.probe_interval_ms),
             Detection::Oracle => "oracle".into(),
         },
+        admission: a.admission.name().into(),
     }
 }
 
@@ -130,6 +135,7 @@ fn summarise(
             sessions_in_flight: m.sessions_in_flight[class.idx()],
             aborts: m.abort_reasons.iter().filter(|a| a.0 == class).map(|a| (a.1.clone(), a.2)).collect(),
             errors: m.error_kinds.iter().filter(|a| a.0 == class).map(|a| (a.1.clone(), a.2)).collect(),
+            rejections: m.rejection_reasons.iter().filter(|a| a.0 == class).map(|a| (a.1.clone(), a.2)).collect(),
         })
         .collect();
     let mut verdicts = vec![Verdict {

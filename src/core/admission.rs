@@ -59,6 +59,11 @@ impl Gate {
         Gate { knobs, manager, replica_sessions: replica_sessions.max(1), deadline_s, queue: VecDeque::new(), rejections: [[0; 2]; 2] }
     }
 
+    /// How long a session may wait for admission, seconds.
+    pub fn deadline_s(&self) -> f64 {
+        self.deadline_s
+    }
+
     /// The current mode.
     pub fn mode(&self) -> Mode {
         self.manager.mode()
@@ -163,6 +168,16 @@ impl Gate {
         }
         n
     }
+}
+
+/// Mean CPU percent of the `healthy` replicas between two cumulative CPU
+/// readings `dt_s` apart, `cpus` cores each; `None` if none was measured.
+pub fn cpu_pct(before: &[Option<f64>], after: &[Option<f64>], healthy: &[bool], dt_s: f64, cpus: f64) -> Option<f64> {
+    let us: Vec<f64> = (0..after.len())
+        .filter(|&r| healthy[r])
+        .filter_map(|r| Some((after[r]? - before[r]?).max(0.0) / (cpus * dt_s)))
+        .collect();
+    (dt_s > 0.0 && !us.is_empty()).then(|| 100.0 * us.iter().sum::<f64>() / us.len() as f64)
 }
 
 #[cfg(test)]

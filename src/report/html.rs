@@ -566,6 +566,8 @@ mod tests {
             aborted_sessions: if survivors < 5 { 2 } else { 0 },
             cpu_mean: Some(0.7),
             cpu_cv: Some(0.1),
+            rejected: 0,
+            queued_ms_p95: None,
         }
     }
 
@@ -641,6 +643,8 @@ mod tests {
             sessions_in_flight: [2, 2],
             abort_reasons: vec![(Class::P, "replica down".into(), 2), (Class::F, "replica down".into(), 2)],
             error_kinds: vec![(Class::P, "connection".into(), 3), (Class::F, "connection".into(), 3)],
+            rejection_reasons: vec![],
+            queue: Default::default(),
         };
         let summary = Summary {
             partial,
@@ -660,6 +664,7 @@ mod tests {
                 theta: 10,
                 alpha: 0.7,
                 detection: "probe".into(),
+                admission: "none".into(),
             },
             environment: Environment {
                 plbbench_version: "0.1.0".into(),
@@ -685,6 +690,7 @@ mod tests {
                     sessions_in_flight: 2,
                     aborts: vec![("replica down".into(), 2)],
                     errors: vec![("connection".into(), 3)],
+                    rejections: vec![],
                 })
                 .to_vec(),
             verdicts: vec![
