@@ -122,6 +122,8 @@ pub fn run_local(plan: &Plan, collector: Collector) -> Result<(Collector, Backen
         duration_s: plan.duration_s,
         probe_interval: probe_interval(plan),
         progress: !plan.args.common.quiet,
+        cpus: plan.args.common.cpus,
+        gate: gate(plan),
     };
     let (mut collector, out) = runtime.block_on(driver::run(input, cluster.clone(), collector));
     let planned_end = out.interrupted_s.map_or(plan.duration_s, |t| t + driver::DRAIN.as_secs_f64());
