@@ -102,6 +102,10 @@ pub fn catch_signals() -> Arc<AtomicBool> {
 /// Runs the plan on real local PostgreSQL servers.
 pub fn run_local(plan: &Plan, collector: Collector) -> Result<(Collector, BackendOutcome), Error> {
     let interrupted = catch_signals();
+    let metrics = match plan.args.metrics_addr {
+        Some(addr) => Some(crate::live_metrics::bind(addr).map_err(|e| Error::Input(format!("--metrics-addr: cannot listen on {addr}: {e}")))?),
+        None => None,
+    };
     let cluster = local_cluster(plan)?;
     if interrupted.load(Ordering::SeqCst) {
         drop(cluster);
@@ -124,6 +128,7 @@ pub fn run_local(plan: &Plan, collector: Collector) -> Result<(Collector, Backen
         progress: !plan.args.common.quiet,
         cpus: plan.args.common.cpus,
         gate: gate(plan),
+        metrics,
     };
     let (mut collector, out) = runtime.block_on(driver::run(input, cluster.clone(), collector));
     let planned_end = out.interrupted_s.map_or(plan.duration_s, |t| t + driver::DRAIN.as_secs_f64());

@@ -18,6 +18,7 @@
 
 use crate::cluster::LocalCluster;
 use crate::core::admission::{self, Decision, Gate};
+use crate::live_metrics::{self, LiveMetrics};
 use crate::core::degradation::Load;
 use crate::core::detect::{Detector, Probe};
 use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
@@ -70,6 +71,8 @@ pub struct DriverInput {
     pub progress: bool,
     /// `--admission modes`: the gate in front of the router.
     pub gate: Option<Gate>,
+    /// `--metrics-addr`: the bound listener to serve Prometheus metrics on.
+    pub metrics: Option<std::net::TcpListener>,
 }
 
 /// What the driver reports at the end.
@@ -146,6 +149,8 @@ struct Ctx {
     /// Clients waiting for admission: where to send their replica (or
     /// `None` when rejected).
     waiters: Mutex<std::collections::HashMap<u32, tokio::sync::oneshot::Sender<Option<ReplicaId>>>>,
+    /// `--metrics-addr`: refreshed once per second.
+    live: Option<Arc<Mutex<LiveMetrics>>>,
 }
 
 impl Ctx {
@@ -232,7 +237,9 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<LocalCluster>>, collecto
         sessions: AtomicU64::new(0),
         gate: input.gate.map(Mutex::new),
         waiters: Mutex::new(std::collections::HashMap::new()),
+        live: input.metrics.is_some().then(|| Arc::new(Mutex::new(LiveMetrics::new()))),
     });
+    let server = input.metrics.zip(ctx.live.clone()).map(|(l, m)| tokio::spawn(live_metrics::serve(l, m)));
     let collecting = tokio::spawn(collect(rx, collector));
     let clients: Vec<_> = input.clients.into_iter().enumerate().map(|(i, c)| tokio::spawn(client(ctx.clone(), i as u32, c))).collect();
     let admitter = ctx.gate.is_some().then(|| tokio::spawn(admit_waiting(ctx.clone())));
@@ -262,6 +269,9 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<LocalCluster>>, collecto
     let _ = sampler.await;
     if let Some(a) = admitter {
         let _ = a.await;
+    }
+    if let Some(s) = server {
+        s.abort();
     }
     bar.finish_and_clear();
     let waiting = ctx.gate.as_ref().map(|g| g.lock().expect("gate lock").waiting());
@@ -697,6 +707,11 @@ async fn sample(ctx: Arc<Ctx>, cluster: Arc<Mutex<LocalCluster>>, bar: indicatif
             last = Some((now, snap.iter().map(|s| s.cpu_s).collect()));
         }
         ctx.send(Msg::Sample(now, snap));
+        if let Some(live) = &ctx.live {
+            let router = ctx.router.lock().expect("router lock");
+            let gate = ctx.gate.as_ref().map(|g| g.lock().expect("gate lock"));
+            live.lock().expect("metrics lock").refresh(&router, gate.as_deref());
+        }
         bar.set_position(t as u64);
         t += 1.0;
         if !wait_until(&ctx, ctx.at(t)).await {

@@ -675,7 +675,8 @@ mod tests {
         let m = c.finish(&|_, _| true, [0, 0]);
         m.check_accounting().unwrap();
         let f = m.phases.iter().find(|r| r.phase == "baseline" && r.class == Class::F).unwrap();
-        assert_eq!((f.rejected, f.queued_ms_p95), (2, Some(5000.0)));
+        assert_eq!(f.rejected, 2);
+        assert!((f.queued_ms_p95.unwrap() - 5000.0).abs() < 5.0, "3 significant digits: {:?}", f.queued_ms_p95);
         assert_eq!(m.rejection_reasons.len(), 2);
         let mut c = collector();
         c.queued(Class::P);
