@@ -239,6 +239,7 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<LocalCluster>>, collecto
         waiters: Mutex::new(std::collections::HashMap::new()),
         live: input.metrics.is_some().then(|| Arc::new(Mutex::new(LiveMetrics::new()))),
     });
+    refresh_live(&ctx);
     let server = input.metrics.zip(ctx.live.clone()).map(|(l, m)| tokio::spawn(live_metrics::serve(l, m)));
     let collecting = tokio::spawn(collect(rx, collector));
     let clients: Vec<_> = input.clients.into_iter().enumerate().map(|(i, c)| tokio::spawn(client(ctx.clone(), i as u32, c))).collect();
@@ -486,6 +487,15 @@ async fn admit_waiting(ctx: Arc<Ctx>) {
     }
 }
 
+/// `--metrics-addr`: copies the router and gate into the live metrics.
+fn refresh_live(ctx: &Ctx) {
+    if let Some(live) = &ctx.live {
+        let router = ctx.router.lock().expect("router lock");
+        let gate = ctx.gate.as_ref().map(|g| g.lock().expect("gate lock"));
+        live.lock().expect("metrics lock").refresh(&router, gate.as_deref());
+    }
+}
+
 /// Feeds the gate one second's load (mean CPU of the healthy replicas) and
 /// logs a mode change.
 fn degrade(ctx: &Ctx, before: &[Option<f64>], now: &[ReplicaSample], dt_s: f64, cpus: f64) {
@@ -707,11 +717,7 @@ async fn sample(ctx: Arc<Ctx>, cluster: Arc<Mutex<LocalCluster>>, bar: indicatif
             last = Some((now, snap.iter().map(|s| s.cpu_s).collect()));
         }
         ctx.send(Msg::Sample(now, snap));
-        if let Some(live) = &ctx.live {
-            let router = ctx.router.lock().expect("router lock");
-            let gate = ctx.gate.as_ref().map(|g| g.lock().expect("gate lock"));
-            live.lock().expect("metrics lock").refresh(&router, gate.as_deref());
-        }
+        refresh_live(&ctx);
         bar.set_position(t as u64);
         t += 1.0;
         if !wait_until(&ctx, ctx.at(t)).await {
