@@ -144,6 +144,7 @@ fn summarise(
         detail: "every session completed, aborted or in flight; query totals agree across files".into(),
     }];
     verdicts.extend(phase_length_verdict(plan));
+    verdicts.extend(degradation_verdict(plan, m));
     verdicts.extend(outcome.verdicts.iter().cloned());
     Summary {
         partial: outcome.partial,
@@ -159,6 +160,34 @@ fn summarise(
         interrupted_by: outcome.interrupted_by.clone(),
         stop_overrun_s: outcome.stop_overrun_s.map(|s| (s * 1000.0).round() / 1000.0),
     }
+}
+
+/// `--admission modes`: time in each mode, transitions and rejections per
+/// class, from the run's `mode` events and phase rows (informational).
+fn degradation_verdict(plan: &Plan, m: &RunMetrics) -> Option<Verdict> {
+    if plan.args.admission == crate::cli::Admission::None {
+        return None;
+    }
+    let spans = crate::report::charts::mode_spans(&m.events, plan.duration_s);
+    let mut time = std::collections::BTreeMap::<&str, f64>::new();
+    for (t0, t1, name, _) in &spans {
+        *time.entry(name.as_str()).or_default() += t1 - t0;
+    }
+    let degraded: f64 = time.values().sum();
+    let mut parts = vec![format!("normal {:.1} s", plan.duration_s - degraded)];
+    parts.extend(time.iter().map(|(n, t)| format!("{n} {t:.1} s")));
+    let transitions = m.events.iter().filter(|e| e.kind == "mode").count();
+    let rejected = |c: Class| m.phases.iter().filter(|r| r.class == c).map(|r| r.rejected).sum::<u64>();
+    Some(Verdict {
+        name: "degradation".into(),
+        ok: true,
+        detail: format!(
+            "time in mode: {}; {transitions} transitions; rejected sessions: Premium {}, Freemium {}",
+            parts.join(", "),
+            rejected(Class::P),
+            rejected(Class::F)
+        ),
+    })
 }
 
 /// Warns when a phase is shorter than a typical session (time-scaled runs).

@@ -250,7 +250,8 @@ impl Page {
         let phases = if m.phases.is_empty() { &s.phases } else { &m.phases };
         let k = s.settings.replicas;
         let names = replica_names(k, m);
-        let frame = Frame::new(phases, k, time_end(s, m, phases), s.faults.iter().map(|f| f.t_s).collect());
+        let mut frame = Frame::new(phases, k, time_end(s, m, phases), s.faults.iter().map(|f| f.t_s).collect());
+        frame.modes = charts::mode_spans(&m.events, frame.t_end);
         let replica_cpu = if s.replica_cpu.is_empty() { &m.replica_cpu } else { &s.replica_cpu };
         let events = if m.events.is_empty() { &s.fault_events } else { &m.events };
         let groups = phase_groups(phases, k);
