@@ -2,7 +2,8 @@
 //! and router, runs the sessions on the simulator or a real cluster, and
 //! returns the filled collector with what the backend observed.
 
-use crate::cli::Detection;
+use crate::cli::{Admission, Detection};
+use crate::core::admission::Gate;
 use crate::cluster::local::{default_state_dir, LocalCluster, LocalOptions};
 use crate::core::health::HealthConfig;
 use crate::core::metrics::Collector;
@@ -31,6 +32,16 @@ fn probe_interval(plan: &Plan) -> Option<Duration> {
     }
 }
 
+/// The admission gate of `--admission modes`, if any.
+pub fn gate(plan: &Plan) -> Option<Gate> {
+    let d = &plan.workload.degradation;
+    let per_replica = match d.replica_sessions {
+        0 => plan.args.common.clients.div_ceil(plan.args.common.replicas as u32),
+        n => n,
+    };
+    (plan.args.admission == Admission::Modes).then(|| Gate::new(d.clone(), plan.args.common.time_scale, per_replica))
+}
+
 /// Runs the plan on the simulator.
 pub fn run_sim(plan: &Plan, mut collector: Collector) -> (Collector, BackendOutcome) {
     let out = sim::run(
@@ -43,6 +54,7 @@ pub fn run_sim(plan: &Plan, mut collector: Collector) -> (Collector, BackendOutc
             duration_s: plan.duration_s,
             probe_interval_s: probe_interval(plan).map_or(0.0, |d| d.as_secs_f64()),
             health: (plan.args.common.detection == Detection::Suspicion).then(HealthConfig::default),
+            gate: gate(plan),
         },
         &mut collector,
     );
@@ -93,6 +105,10 @@ pub fn catch_signals() -> Arc<AtomicBool> {
 /// Runs the plan on real local PostgreSQL servers.
 pub fn run_local(plan: &Plan, collector: Collector) -> Result<(Collector, BackendOutcome), Error> {
     let interrupted = catch_signals();
+    let metrics = match plan.args.metrics_addr {
+        Some(addr) => Some(crate::live_metrics::bind(addr).map_err(|e| Error::Input(format!("--metrics-addr: cannot listen on {addr}: {e}")))?),
+        None => None,
+    };
     let cluster = local_cluster(plan)?;
     if interrupted.load(Ordering::SeqCst) {
         drop(cluster);
@@ -113,6 +129,9 @@ pub fn run_local(plan: &Plan, collector: Collector) -> Result<(Collector, Backen
         duration_s: plan.duration_s,
         probe_interval: probe_interval(plan),
         progress: !plan.args.common.quiet,
+        cpus: plan.args.common.cpus,
+        gate: gate(plan),
+        metrics,
     };
     let (mut collector, out) = runtime.block_on(driver::run(input, cluster.clone(), collector));
     let planned_end = out.interrupted_s.map_or(plan.duration_s, |t| t + driver::DRAIN.as_secs_f64());

@@ -96,6 +96,25 @@ pub enum Detection {
     Suspicion,
 }
 
+/// What stands in front of the strategy (issue 8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Admission {
+    /// Every session goes straight to the router.
+    None,
+    /// Degradation modes with priority admission (the workload's `[degradation]`).
+    Modes,
+}
+
+impl Admission {
+    /// The name used on the command line and in files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Admission::None => "none",
+            Admission::Modes => "modes",
+        }
+    }
+}
+
 /// `plbbench run`.
 #[derive(Debug, Args, Clone)]
 pub struct RunArgs {
@@ -114,6 +133,12 @@ pub struct RunArgs {
     /// Overwrite an existing run folder.
     #[arg(long)]
     pub force: bool,
+    /// Admission layer in front of the strategy.
+    #[arg(long, value_enum, default_value = "none")]
+    pub admission: Admission,
+    /// Serve Prometheus metrics at this address during a real run (e.g. 127.0.0.1:9464).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
     /// Settings shared with `plbbench experiment`.
     #[command(flatten)]
     pub common: CommonArgs,

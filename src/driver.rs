@@ -20,6 +20,9 @@
 //! and a dropped query is never recorded.
 
 use crate::cluster::LocalCluster;
+use crate::core::admission::{self, Decision, Gate};
+use crate::live_metrics::{self, LiveMetrics};
+use crate::core::degradation::Load;
 use crate::core::detect::{Detector, Probe};
 use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
 use crate::core::model::{Action, Class, FaultEvent, ReplicaId};
@@ -51,6 +54,9 @@ enum Msg {
     Lag(f64),
     /// plbbench's cumulative CPU seconds at a run time, and sessions open.
     Generator(f64, f64, u64),
+    /// An admission decision: class, time, wait, from the queue, rejection.
+    Admission(Class, f64, f64, bool, Option<&'static str>),
+    Queued(Class),
 }
 
 /// Test-only knob (documented in the README's test section): busy-spin this
@@ -72,10 +78,16 @@ pub struct DriverInput {
     pub faults: Vec<FaultEvent>,
     /// Run length, seconds.
     pub duration_s: f64,
+    /// CPU budget per replica (cores), for the utilisation the gate sees.
+    pub cpus: f64,
     /// Probe interval; `None` = oracle detection.
     pub probe_interval: Option<Duration>,
     /// Show a progress bar.
     pub progress: bool,
+    /// `--admission modes`: the gate in front of the router.
+    pub gate: Option<Gate>,
+    /// `--metrics-addr`: the bound listener to serve Prometheus metrics on.
+    pub metrics: Option<std::net::TcpListener>,
 }
 
 /// What the driver reports at the end.
@@ -151,6 +163,13 @@ struct Ctx {
     sessions: AtomicU64,
     /// [`TEST_BURN_ENV`]: CPU to burn before each session start and query.
     burn: Option<Duration>,
+    /// The admission gate; locked after `router`, never before.
+    gate: Option<Mutex<Gate>>,
+    /// Clients waiting for admission: where to send their replica (or
+    /// `None` when rejected).
+    waiters: Mutex<std::collections::HashMap<u32, tokio::sync::oneshot::Sender<Option<ReplicaId>>>>,
+    /// `--metrics-addr`: refreshed once per second.
+    live: Option<Arc<Mutex<LiveMetrics>>>,
 }
 
 impl Ctx {
@@ -273,14 +292,20 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<LocalCluster>>, collecto
         failed_s: (0..k).map(|_| AtomicU64::new(f64::NEG_INFINITY.to_bits())).collect(),
         sessions: AtomicU64::new(0),
         burn: test_burn(),
+        gate: input.gate.map(Mutex::new),
+        waiters: Mutex::new(std::collections::HashMap::new()),
+        live: input.metrics.is_some().then(|| Arc::new(Mutex::new(LiveMetrics::new()))),
     });
+    refresh_live(&ctx);
+    let server = input.metrics.zip(ctx.live.clone()).map(|(l, m)| tokio::spawn(live_metrics::serve(l, m)));
     let collecting = tokio::spawn(collect(rx, collector));
-    let clients: Vec<_> = input.clients.into_iter().map(|c| tokio::spawn(client(ctx.clone(), c))).collect();
+    let clients: Vec<_> = input.clients.into_iter().enumerate().map(|(i, c)| tokio::spawn(client(ctx.clone(), i as u32, c))).collect();
+    let admitter = ctx.gate.is_some().then(|| tokio::spawn(admit_waiting(ctx.clone())));
     let mut clients = tokio::spawn(join_clients(clients));
     let injector = tokio::spawn(inject(ctx.clone(), cluster.clone(), input.faults, input.probe_interval.is_none()));
     let prober = input.probe_interval.map(|i| tokio::spawn(probe(ctx.clone(), i)));
     let bar = progress_bar(input.progress, input.duration_s);
-    let sampler = tokio::spawn(sample(ctx.clone(), cluster, bar.clone()));
+    let sampler = tokio::spawn(sample(ctx.clone(), cluster, bar.clone(), input.cpus));
     let interrupted = tokio::select! {
         _ = sleep_until(ctx.at(input.duration_s)) => None,
         s = signals.recv() => Some((s, ctx.now())),
@@ -300,10 +325,20 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<LocalCluster>>, collecto
         let _ = p.await;
     }
     let _ = sampler.await;
+    if let Some(a) = admitter {
+        let _ = a.await;
+    }
+    if let Some(s) = server {
+        s.abort();
+    }
     bar.finish_and_clear();
+    let waiting = ctx.gate.as_ref().map(|g| g.lock().expect("gate lock").waiting());
     let ended_s = ctx.now();
     drop(ctx);
-    let (collector, load) = collecting.await.expect("collector task");
+    let (mut collector, load) = collecting.await.expect("collector task");
+    if let Some(w) = waiting {
+        collector.still_queued(w);
+    }
     let (signal, interrupted_s) = (interrupted.map(|i| i.0), interrupted.map(|i| i.1));
     let generator = Some(load.report(own_peak_rss_kib()));
     (collector, DriverOutcome { in_flight, partial: interrupted_s.is_some(), interrupted_s, signal, ended_s, generator })
@@ -362,6 +397,8 @@ async fn collect(mut rx: mpsc::UnboundedReceiver<Msg>, mut col: Collector) -> (C
                 load.cpu(t, cpu);
                 load.sessions(open);
             }
+            Msg::Admission(class, t, waited, queued, rejected) => col.admission(class, t, waited, queued, rejected),
+            Msg::Queued(class) => col.queued(class),
         }
     }
     (col, load)
@@ -388,7 +425,7 @@ enum SessionEnd {
 
 /// One client: think, open a session, run its queries, close, repeat.
 /// Returns its class if a session was open when the run stopped.
-async fn client(ctx: Arc<Ctx>, mut script: Client) -> Option<Class> {
+async fn client(ctx: Arc<Ctx>, id: u32, mut script: Client) -> Option<Class> {
     let w = ctx.workload.clone();
     let class = script.class;
     let mut intended = script.arrival_s + script.between_s(&w);
@@ -398,11 +435,14 @@ async fn client(ctx: Arc<Ctx>, mut script: Client) -> Option<Class> {
             return None;
         }
         ctx.started_late(intended);
-        let admitted = {
-            let mut router = ctx.router.lock().expect("router lock");
-            let r = router.admit(class);
-            ctx.role_events(&mut router);
-            r
+        let admitted = match admit(&ctx, id, class).await {
+            Admitted::Now(r) => r,
+            Admitted::Rejected => {
+                intended = ctx.now() + script.between_s(&w);
+                resume = None;
+                continue;
+            }
+            Admitted::Stopped => return None,
         };
         let Some(r) = admitted else {
             intended = ctx.now() + w.client.backoff_ms as f64 / 1000.0;
@@ -423,6 +463,115 @@ async fn client(ctx: Arc<Ctx>, mut script: Client) -> Option<Class> {
         };
         ctx.send(Msg::Ended(SessionRecord { class, start_s: intended, end_s: now, abort: abort.clone() }));
         intended = if abort.is_some() { now + w.client.backoff_ms as f64 / 1000.0 } else { now + script.between_s(&w) };
+    }
+}
+
+/// The outcome of asking for admission.
+enum Admitted {
+    /// The router's answer (`None`: no capacity, back off as usual).
+    Now(Option<ReplicaId>),
+    /// The admission gate refused the session.
+    Rejected,
+    /// The run stopped while the session waited.
+    Stopped,
+}
+
+/// Asks the router, through the admission gate if there is one; a session
+/// the gate holds back waits for [`admit_waiting`] to admit or reject it.
+async fn admit(ctx: &Ctx, id: u32, class: Class) -> Admitted {
+    let waiting = {
+        let mut router = ctx.router.lock().expect("router lock");
+        let Some(gate) = &ctx.gate else {
+            let r = router.admit(class);
+            ctx.role_events(&mut router);
+            return Admitted::Now(r);
+        };
+        let now = ctx.now();
+        let decision = gate.lock().expect("gate lock").request(&mut router, id, class, now);
+        ctx.role_events(&mut router);
+        match decision {
+            Decision::Admit(r) => {
+                ctx.send(Msg::Admission(class, now, 0.0, false, None));
+                return Admitted::Now(Some(r));
+            }
+            Decision::NoRoute => return Admitted::Now(None),
+            Decision::Rejected(why) => {
+                ctx.send(Msg::Admission(class, now, 0.0, false, Some(why)));
+                return Admitted::Rejected;
+            }
+            Decision::Queued => {
+                ctx.send(Msg::Queued(class));
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                ctx.waiters.lock().expect("waiters lock").insert(id, tx);
+                rx
+            }
+        }
+    };
+    let mut stop = ctx.stop.clone();
+    tokio::select! {
+        r = waiting => match r {
+            Ok(Some(r)) => Admitted::Now(Some(r)),
+            Ok(None) => Admitted::Rejected,
+            Err(_) => Admitted::Stopped,
+        },
+        _ = stop.wait_for(|s| *s) => Admitted::Stopped,
+    }
+}
+
+/// How often waiting sessions are admitted or expired.
+const ADMIT_TICK: Duration = Duration::from_millis(20);
+
+/// `--admission modes`: every [`ADMIT_TICK`], starts the waiting sessions
+/// the gate now admits and rejects those past their deadline.
+async fn admit_waiting(ctx: Arc<Ctx>) {
+    let gate = ctx.gate.as_ref().expect("only run with a gate");
+    let mut next = Instant::now();
+    loop {
+        next += ADMIT_TICK;
+        if !wait_until(&ctx, next).await {
+            return;
+        }
+        let now = ctx.now();
+        let mut router = ctx.router.lock().expect("router lock");
+        let mut g = gate.lock().expect("gate lock");
+        let mut waiters = ctx.waiters.lock().expect("waiters lock");
+        for (w, r) in g.drain(&mut router) {
+            ctx.send(Msg::Admission(w.class, now, now - w.since_s, true, None));
+            let delivered = waiters.remove(&w.client).is_some_and(|tx| tx.send(Some(r)).is_ok());
+            if !delivered {
+                router.release(r, w.class);
+            }
+        }
+        for w in g.expire(now) {
+            ctx.send(Msg::Admission(w.class, now, now - w.since_s, true, Some(admission::REJECT_DEADLINE)));
+            if let Some(tx) = waiters.remove(&w.client) {
+                let _ = tx.send(None);
+            }
+        }
+        ctx.role_events(&mut router);
+    }
+}
+
+/// `--metrics-addr`: copies the router and gate into the live metrics.
+fn refresh_live(ctx: &Ctx) {
+    if let Some(live) = &ctx.live {
+        let router = ctx.router.lock().expect("router lock");
+        let gate = ctx.gate.as_ref().map(|g| g.lock().expect("gate lock"));
+        live.lock().expect("metrics lock").refresh(&router, gate.as_deref());
+    }
+}
+
+/// Feeds the gate one second's load (mean CPU of the healthy replicas) and
+/// logs a mode change.
+fn degrade(ctx: &Ctx, before: &[Option<f64>], now: &[ReplicaSample], dt_s: f64, cpus: f64) {
+    let Some(gate) = &ctx.gate else { return };
+    let router = ctx.router.lock().expect("router lock");
+    let healthy: Vec<bool> = (0..now.len()).map(|r| router.is_healthy(r)).collect();
+    let after: Vec<Option<f64>> = now.iter().map(|s| s.cpu_s).collect();
+    let load = Load { cpu_pct: admission::cpu_pct(before, &after, &healthy, dt_s, cpus), ..Load::default() };
+    let t = ctx.now();
+    if let Some(tr) = gate.lock().expect("gate lock").observe(t, load) {
+        ctx.send(Msg::Event(t, "mode", None, format!("{}->{}", tr.from, tr.to)));
     }
 }
 
@@ -461,7 +610,10 @@ async fn session(ctx: &Ctx, script: &mut Client, r: ReplicaId, queries: u32, int
         let draw = script.query(w);
         let sent = ctx.now();
         let q = &w.query[draw.template];
-        let deadline = Duration::from_millis(w.client.query_timeout_ms);
+        let mut deadline = Duration::from_millis(w.client.query_timeout_ms);
+        if let Some(g) = &ctx.gate {
+            deadline = Duration::from_secs_f64(g.lock().expect("gate lock").query_timeout_s(deadline.as_secs_f64()));
+        }
         let run = async {
             if !statements.contains_key(&draw.template) {
                 statements.insert(draw.template, prepare(&client, q).await?);
@@ -629,12 +781,22 @@ fn generator_sample(ctx: &Ctx, replicas: &[ReplicaSample]) {
 }
 
 /// Once per second, and once more at the end so the last phase has its CPU.
-async fn sample(ctx: Arc<Ctx>, cluster: Arc<Mutex<LocalCluster>>, bar: indicatif::ProgressBar) {
+async fn sample(ctx: Arc<Ctx>, cluster: Arc<Mutex<LocalCluster>>, bar: indicatif::ProgressBar, cpus: f64) {
     let mut t = 0.0;
+    let mut last: Option<(f64, Vec<Option<f64>>)> = None;
     loop {
-        let view = snapshot(&ctx, &cluster);
-        generator_sample(&ctx, &view);
-        ctx.send(Msg::Sample(ctx.now(), view));
+        let (now, snap) = (ctx.now(), snapshot(&ctx, &cluster));
+        generator_sample(&ctx, &snap);
+        // A sample whose CPU was skipped (a fault action held the cluster)
+        // does not replace the last reading.
+        if let Some((t0, before)) = &last {
+            degrade(&ctx, before, &snap, now - t0, cpus);
+        }
+        if snap.iter().any(|s| s.cpu_s.is_some()) {
+            last = Some((now, snap.iter().map(|s| s.cpu_s).collect()));
+        }
+        ctx.send(Msg::Sample(now, snap));
+        refresh_live(&ctx);
         bar.set_position(t as u64);
         t += 1.0;
         if !wait_until(&ctx, ctx.at(t)).await {

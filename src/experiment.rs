@@ -12,7 +12,7 @@
 //! Resumption: a run folder with a complete `summary.json` (not `partial`)
 //! and the same settings is kept; anything else in the grid is (re)run.
 
-use crate::cli::{CommonArgs, RunArgs};
+use crate::cli::{Admission, CommonArgs, RunArgs};
 use crate::core::faults;
 use crate::core::metrics::PhaseRow;
 use crate::core::model::Class;
@@ -45,6 +45,9 @@ pub struct ExperimentArgs {
     /// Fault presets (premium-fault, cascade, none) or schedule files, comma-separated [default: premium-fault,cascade].
     #[arg(long, value_delimiter = ',', default_value = "premium-fault,cascade", hide_default_value = true, value_name = "LIST")]
     pub faults: Vec<String>,
+    /// Admission layers to compare, comma-separated (none, modes) [default: none].
+    #[arg(long, value_delimiter = ',', default_value = "none", hide_default_value = true, value_name = "LIST")]
+    pub admission: Vec<String>,
     /// Repeats of every cell; repeat k uses seed --seed + k - 1 [default: 5].
     #[arg(long, default_value_t = 5, hide_default_value = true, value_name = "N")]
     pub repeat: u32,
@@ -206,6 +209,7 @@ pub fn grid(args: &ExperimentArgs, root: &Path) -> Result<Vec<GridRun>, Error> {
     let strategies = parse_strategies(&args.strategies)?;
     let mixes = parse_mixes(&args.mixes)?;
     let faults = parse_faults(&args.faults)?;
+    let admissions = parse_admissions(&args.admission)?;
     if args.repeat == 0 {
         return Err(input("--repeat", "must be at least 1"));
     }
@@ -216,11 +220,17 @@ pub fn grid(args: &ExperimentArgs, root: &Path) -> Result<Vec<GridRun>, Error> {
     for repeat in 1..=args.repeat {
         for (fault, label) in &faults {
             for (mix, pct) in &mixes {
-                for &strategy in &strategies {
-                    let name = format!("{label}-{pct}-{}-{strategy}-r{repeat}", 100 - pct);
+                for (&strategy, &admission) in strategies.iter().flat_map(|s| admissions.iter().map(move |a| (s, a))) {
+                    // Runs without admission keep their historical names.
+                    let layer = match admission {
+                        Admission::None => String::new(),
+                        other => format!("+{}", other.name()),
+                    };
+                    let name = format!("{label}-{pct}-{}-{strategy}{layer}-r{repeat}", 100 - pct);
                     let mut a = default_run_args();
                     pass_through(args, &mut a);
                     a.strategy = strategy;
+                    a.admission = admission;
                     a.mix = mix.clone();
                     a.faults = Some(fault.clone());
                     a.common.seed = args.common.seed + u64::from(repeat - 1);
@@ -249,6 +259,19 @@ fn pass_through(e: &ExperimentArgs, a: &mut RunArgs) {
     a.common = e.common.clone();
     a.force = true; // only incomplete runs are executed; they replace their leftovers
     a.common.quiet = true; // the experiment's own bar replaces each run's
+}
+
+fn parse_admissions(list: &[String]) -> Result<Vec<Admission>, Error> {
+    let mut out = Vec::new();
+    for s in list {
+        let a = Admission::from_str(s.trim(), true)
+            .map_err(|_| input("--admission", format!("unknown admission layer `{s}` (expected none, modes)")))?;
+        if out.contains(&a) {
+            return Err(input("--admission", format!("`{s}` is listed twice")));
+        }
+        out.push(a);
+    }
+    Ok(out)
 }
 
 fn parse_strategies(list: &[String]) -> Result<Vec<Strategy>, Error> {
@@ -516,7 +539,7 @@ fn experiment_file(args: &ExperimentArgs, grid: &[GridRun], summaries: &[(Summar
             dir: format!("runs/{}", r.name),
             fault: r.fault.clone(),
             mix: r.mix.clone(),
-            strategy: r.strategy.to_string(),
+            strategy: s.settings.strategy.clone(),
             repeat: r.repeat,
             seed: s.settings.seed,
             wall_s: s.wall_s,
@@ -527,7 +550,7 @@ fn experiment_file(args: &ExperimentArgs, grid: &[GridRun], summaries: &[(Summar
     ExperimentFile {
         plbbench_version: env!("CARGO_PKG_VERSION").into(),
         quantiles: stats::QUANTILE_DEFINITION.into(),
-        strategies: uniq(&|r| r.strategy.to_string()),
+        strategies: uniq(&|r| run::settings(&r.plan).strategy),
         mixes: uniq(&|r| r.mix.clone()),
         faults: uniq(&|r| r.fault.clone()),
         repeat: args.repeat,

@@ -14,6 +14,7 @@ pub mod core;
 pub mod driver;
 pub mod error;
 pub mod experiment;
+pub mod live_metrics;
 pub mod plan;
 pub mod report;
 pub mod run;

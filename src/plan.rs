@@ -180,6 +180,9 @@ impl Plan {
         if out.exists() && !args.force {
             return Err(input("--out", format!("{} already exists (use --force to replace it)", out.display())));
         }
+        if args.metrics_addr.is_some() && args.common.cluster == ClusterKind::Sim {
+            return Err(input("--metrics-addr", "the simulator runs in virtual time; serve metrics from a real run"));
+        }
         if matches!(args.common.cluster, ClusterKind::Docker | ClusterKind::External) {
             return Err(input("--cluster", format!("the `{}` backend is not available yet; use local or sim", args.common.cluster.name())));
         }

@@ -80,7 +80,11 @@ pub fn settings(plan: &Plan) -> Settings {
     let a = &plan.args;
     let r = plan.router.reference;
     Settings {
-        strategy: a.strategy.to_string(),
+        // With admission the cell is a different system: `plb+modes`.
+        strategy: match a.admission {
+            crate::cli::Admission::None => a.strategy.to_string(),
+            other => format!("{}+{}", a.strategy, other.name()),
+        },
         mix: format!("{}:{}", plan.premium_pct, 100 - plan.premium_pct),
         clients: a.common.clients,
         replicas: a.common.replicas,
@@ -99,6 +103,7 @@ pub fn settings(plan: &Plan) -> Settings {
             Detection::Oracle => "oracle".into(),
             Detection::Suspicion => format!("suspicion state machine, probe every {} ms", a.common.probe_interval_ms),
         },
+        admission: a.admission.name().into(),
     }
 }
 
@@ -133,6 +138,7 @@ fn summarise(
             sessions_in_flight: m.sessions_in_flight[class.idx()],
             aborts: m.abort_reasons.iter().filter(|a| a.0 == class).map(|a| (a.1.clone(), a.2)).collect(),
             errors: m.error_kinds.iter().filter(|a| a.0 == class).map(|a| (a.1.clone(), a.2)).collect(),
+            rejections: m.rejection_reasons.iter().filter(|a| a.0 == class).map(|a| (a.1.clone(), a.2)).collect(),
         })
         .collect();
     let mut verdicts = vec![Verdict {
@@ -141,6 +147,7 @@ fn summarise(
         detail: "every session completed, aborted or in flight; query totals agree across files".into(),
     }];
     verdicts.extend(phase_length_verdict(plan));
+    verdicts.extend(degradation_verdict(plan, m));
     verdicts.extend(outcome.verdicts.iter().cloned());
     Summary {
         partial: outcome.partial,
@@ -158,6 +165,34 @@ fn summarise(
         recovery: crate::core::recovery::of_run(&plan.faults, m, plan.router.replicas),
         generator: outcome.generator.clone(),
     }
+}
+
+/// `--admission modes`: time in each mode, transitions and rejections per
+/// class, from the run's `mode` events and phase rows (informational).
+fn degradation_verdict(plan: &Plan, m: &RunMetrics) -> Option<Verdict> {
+    if plan.args.admission == crate::cli::Admission::None {
+        return None;
+    }
+    let spans = crate::report::charts::mode_spans(&m.events, plan.duration_s);
+    let mut time = std::collections::BTreeMap::<&str, f64>::new();
+    for (t0, t1, name, _) in &spans {
+        *time.entry(name.as_str()).or_default() += t1 - t0;
+    }
+    let degraded: f64 = time.values().sum();
+    let mut parts = vec![format!("normal {:.1} s", plan.duration_s - degraded)];
+    parts.extend(time.iter().map(|(n, t)| format!("{n} {t:.1} s")));
+    let transitions = m.events.iter().filter(|e| e.kind == "mode").count();
+    let rejected = |c: Class| m.phases.iter().filter(|r| r.class == c).map(|r| r.rejected).sum::<u64>();
+    Some(Verdict {
+        name: "degradation".into(),
+        ok: true,
+        detail: format!(
+            "time in mode: {}; {transitions} transitions; rejected sessions: Premium {}, Freemium {}",
+            parts.join(", "),
+            rejected(Class::P),
+            rejected(Class::F)
+        ),
+    })
 }
 
 /// Warns when a phase is shorter than a typical session (time-scaled runs).

@@ -4,6 +4,8 @@
 //! I/O, deterministic for a seed: events at equal times run in insertion
 //! order and every random draw comes from a client's own generator.
 
+use crate::core::admission::{Decision, Gate};
+use crate::core::degradation::Load;
 use crate::core::detect::{Detector, Probe};
 use crate::core::health::{Evidence, Health, HealthConfig, HealthMachine, Transition};
 use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
@@ -34,6 +36,8 @@ pub struct SimInput<'a> {
     /// The health state machine's thresholds (`--detection suspicion`);
     /// `None`: probes and connection errors decide up or down directly.
     pub health: Option<HealthConfig>,
+    /// `--admission modes`: the gate in front of the router.
+    pub gate: Option<Gate>,
 }
 
 /// What is left open when the run ends.
@@ -51,6 +55,7 @@ enum Ev {
     Wake(u32),
     Done(ReplicaId, u64),
     Timeout(u32, u64),
+    Expire,
 }
 
 /// A replica as a processor-sharing server.
@@ -88,6 +93,8 @@ impl Server {
 enum State {
     /// Between sessions; `resume` holds the queries left of a broken session.
     Idle { resume: Option<u32> },
+    /// Waiting for admission (`--admission modes`).
+    Queued { resume: Option<u32> },
     /// In a session on `replica`; `in_flight` holds the query's sequence.
     Session { replica: ReplicaId, remaining: u32, in_flight: Option<u64>, broken: bool },
 }
@@ -113,6 +120,8 @@ struct Sim<'a, 'c> {
     sessions: u64,
     detector: Detector,
     machines: Vec<HealthMachine>,
+    /// Cumulative CPU per replica at the last sample, and its time.
+    last_cpu: (Vec<Option<f64>>, f64),
 }
 
 fn key(t: f64) -> u64 {
@@ -131,7 +140,19 @@ pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
         .map(|script| ClientState { script, state: State::Idle { resume: None }, session: 0, session_start: 0.0, intended: 0.0, sent: 0.0, qseq: 0 })
         .collect();
     let machines = input.health.map_or_else(Vec::new, |cfg| vec![HealthMachine::new(cfg); k]);
-    let mut sim = Sim { input, col, now: 0.0, seq: 0, queue: BinaryHeap::new(), servers, clients, sessions: 0, detector: Detector::new(k), machines };
+    let mut sim = Sim {
+        input,
+        col,
+        now: 0.0,
+        seq: 0,
+        queue: BinaryHeap::new(),
+        servers,
+        clients,
+        sessions: 0,
+        detector: Detector::new(k),
+        machines,
+        last_cpu: (vec![None; k], 0.0),
+    };
     sim.start();
     while let Some(Reverse((t, _, ev))) = sim.queue.pop() {
         let t = f64::from_bits(t);
@@ -148,6 +169,9 @@ pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
         if matches!(c.state, State::Session { .. }) {
             in_flight[c.script.class.idx()] += 1;
         }
+    }
+    if let Some(g) = &sim.input.gate {
+        sim.col.still_queued(g.waiting());
     }
     SimOutcome { in_flight }
 }
@@ -184,6 +208,7 @@ impl Sim<'_, '_> {
             Ev::Timeout(c, q) => self.timeout(c as usize, q),
             Ev::Fault(i) => self.fault(i),
             Ev::Probe => self.probe(),
+            Ev::Expire => self.expire(),
             Ev::Sample => {
                 self.sample();
                 self.at(self.now + 1.0, Ev::Sample);
@@ -213,12 +238,61 @@ impl Sim<'_, '_> {
             })
             .collect();
         self.col.sample(now, &samples);
+        self.degrade(&samples);
+    }
+
+    /// `--admission modes`: feeds the gate this second's load, logs a mode
+    /// change, and starts the waiting sessions the new mode allows.
+    fn degrade(&mut self, samples: &[ReplicaSample]) {
+        let Some(gate) = &mut self.input.gate else { return };
+        let cpu: Vec<Option<f64>> = samples.iter().map(|s| s.cpu_s).collect();
+        let healthy: Vec<bool> = (0..cpu.len()).map(|r| self.input.router.is_healthy(r)).collect();
+        let (before, t0) = std::mem::replace(&mut self.last_cpu, (cpu.clone(), self.now));
+        let load = Load { cpu_pct: crate::core::admission::cpu_pct(&before, &cpu, &healthy, self.now - t0, self.input.cpus), ..Load::default() };
+        if let Some(tr) = gate.observe(self.now, load) {
+            self.col.event(self.now, "mode", None, format!("{}->{}", tr.from, tr.to));
+        }
+        self.admit_waiting();
+    }
+
+    /// Starts the waiting sessions the gate now admits.
+    fn admit_waiting(&mut self) {
+        let Some(gate) = &mut self.input.gate else { return };
+        for (w, r) in gate.drain(&mut self.input.router) {
+            let i = w.client as usize;
+            self.col.admission(w.class, self.now, self.now - w.since_s, true, None);
+            let State::Queued { resume } = self.clients[i].state else { continue };
+            self.begin(i, r, resume);
+        }
+        self.role_events();
+    }
+
+    /// Rejects the sessions whose admission deadline has passed; each
+    /// client goes back to thinking and its session's work is dropped.
+    fn expire(&mut self) {
+        let Some(gate) = &mut self.input.gate else { return };
+        for w in gate.expire(self.now) {
+            let i = w.client as usize;
+            self.col.admission(w.class, self.now, self.now - w.since_s, true, Some(crate::core::admission::REJECT_DEADLINE));
+            self.rejected(i);
+        }
+    }
+
+    /// A rejected client thinks, then tries a new session.
+    fn rejected(&mut self, i: usize) {
+        let w = self.input.workload;
+        let c = &mut self.clients[i];
+        c.state = State::Idle { resume: None };
+        c.intended = self.now + c.script.between_s(w);
+        let t = c.intended;
+        self.at(t, Ev::Wake(i as u32));
     }
 
     /// The client's next step: open a session or send its next query.
     fn wake(&mut self, i: usize) {
         match self.clients[i].state {
             State::Idle { resume } => self.open(i, resume),
+            State::Queued { .. } => {}
             State::Session { replica, broken, .. } => {
                 if broken || !self.servers[replica].up {
                     self.clients[i].sent = self.now;
@@ -233,13 +307,40 @@ impl Sim<'_, '_> {
     /// Opens a session: a fresh one, or the rest of a broken one.
     fn open(&mut self, i: usize, resume: Option<u32>) {
         let class = self.clients[i].script.class;
-        let Some(r) = self.input.router.admit(class) else {
+        let admitted = match &mut self.input.gate {
+            None => self.input.router.admit(class),
+            Some(gate) => match gate.request(&mut self.input.router, i as u32, class, self.now) {
+                Decision::Admit(r) => {
+                    self.col.admission(class, self.now, 0.0, false, None);
+                    Some(r)
+                }
+                Decision::Queued => {
+                    self.col.queued(class);
+                    self.clients[i].state = State::Queued { resume };
+                    let deadline = self.now + gate.deadline_s();
+                    self.at(deadline, Ev::Expire);
+                    return;
+                }
+                Decision::Rejected(why) => {
+                    self.col.admission(class, self.now, 0.0, false, Some(why));
+                    return self.rejected(i);
+                }
+                Decision::NoRoute => None,
+            },
+        };
+        let Some(r) = admitted else {
             // No capacity: wait and retry; the intended start stays put.
             let backoff = self.input.workload.client.backoff_ms as f64 / 1000.0;
             self.at(self.now + backoff, Ev::Wake(i as u32));
             return;
         };
         self.role_events();
+        self.begin(i, r, resume);
+    }
+
+    /// Starts a session of client `i` on `r`.
+    fn begin(&mut self, i: usize, r: ReplicaId, resume: Option<u32>) {
+        let class = self.clients[i].script.class;
         self.sessions += 1;
         self.col.session_started(class);
         let w = self.input.workload;
@@ -272,7 +373,10 @@ impl Sim<'_, '_> {
         s.n += 1;
         s.jobs.push(Reverse((key(s.v + draw.demand_s), i as u32, q)));
         self.reschedule(r);
-        let deadline = self.input.workload.client.query_timeout_ms as f64 / 1000.0;
+        let mut deadline = self.input.workload.client.query_timeout_ms as f64 / 1000.0;
+        if let Some(g) = &self.input.gate {
+            deadline = g.query_timeout_s(deadline);
+        }
         self.at(now + deadline, Ev::Timeout(i as u32, q));
     }
 
@@ -381,6 +485,7 @@ impl Sim<'_, '_> {
         self.input.router.release(r, class);
         self.role_events();
         self.at(next, Ev::Wake(i as u32));
+        self.admit_waiting();
     }
 
     fn abort(&mut self, i: usize, r: ReplicaId, reason: &str) {

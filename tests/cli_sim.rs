@@ -37,7 +37,7 @@ fn sim_run_writes_every_file_and_is_reproducible() {
     let header = String::from_utf8(read(&a)).unwrap().lines().next().unwrap().to_string();
     assert_eq!(
         header,
-        "phase,start_s,end_s,survivors,class,completed,goodput_qps,retention,p50_ms,p95_ms,p99_ms,inflation_p95,sessions_ended,lifetime_mean_s,lifetime_p95_s,errors,aborted_sessions,cpu_mean,cpu_cv"
+        "phase,start_s,end_s,survivors,class,completed,goodput_qps,retention,p50_ms,p95_ms,p99_ms,inflation_p95,sessions_ended,lifetime_mean_s,lifetime_p95_s,errors,aborted_sessions,cpu_mean,cpu_cv,rejected,queued_ms_p95"
     );
     let events = std::fs::read_to_string(a.join("events.csv")).unwrap();
     assert!(events.contains("fault,r1,Down") && events.contains("detect,r1,down"), "{events}");

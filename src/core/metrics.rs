@@ -78,6 +78,8 @@ struct ClassAgg {
     lifetime_sum_s: f64,
     sessions_ended: u64,
     aborted: u64,
+    rejected: u64,
+    queued_ms: Histogram<u64>,
 }
 
 impl ClassAgg {
@@ -92,6 +94,8 @@ impl ClassAgg {
             lifetime_sum_s: 0.0,
             sessions_ended: 0,
             aborted: 0,
+            rejected: 0,
+            queued_ms: h(),
         }
     }
 }
@@ -119,7 +123,23 @@ pub struct Collector {
     sessions_started: [u64; 2],
     abort_reasons: BTreeMap<(Class, String), u64>,
     error_kinds: BTreeMap<(Class, String), u64>,
+    rejections: BTreeMap<(Class, String), u64>,
+    queue: QueueBooks,
     last_record_s: f64,
+}
+
+/// Sessions through the admission queue, per class: every one that joined
+/// it left it (admitted or rejected) or was still waiting at the end.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct QueueBooks {
+    /// Joined the queue.
+    pub joined: [u64; 2],
+    /// Left it admitted.
+    pub admitted: [u64; 2],
+    /// Left it rejected at the deadline.
+    pub expired: [u64; 2],
+    /// Still waiting at the end.
+    pub waiting: [u64; 2],
 }
 
 /// A row of phases.csv (column order is the public contract).
@@ -144,6 +164,10 @@ pub struct PhaseRow {
     pub aborted_sessions: u64,
     pub cpu_mean: Option<f64>,
     pub cpu_cv: Option<f64>,
+    /// Sessions refused by `--admission modes` (queue full or deadline).
+    pub rejected: u64,
+    /// p95 of the wait for admission, ms (`--admission modes` only).
+    pub queued_ms_p95: Option<f64>,
 }
 
 /// A row of timeseries.csv.
@@ -207,6 +231,10 @@ pub struct RunMetrics {
     pub sessions_in_flight: [u64; 2],
     pub abort_reasons: Vec<(Class, String, u64)>,
     pub error_kinds: Vec<(Class, String, u64)>,
+    /// Sessions rejected by admission, per class and reason.
+    pub rejection_reasons: Vec<(Class, String, u64)>,
+    /// The admission queue's books.
+    pub queue: QueueBooks,
 }
 
 /// Rounds to 4 decimals so files are stable and readable.
@@ -249,6 +277,8 @@ impl Collector {
             sessions_started: [0; 2],
             abort_reasons: BTreeMap::new(),
             error_kinds: BTreeMap::new(),
+            rejections: BTreeMap::new(),
+            queue: QueueBooks::default(),
             last_record_s: 0.0,
         }
     }
@@ -330,6 +360,35 @@ impl Collector {
                 *self.abort_reasons.entry((s.class, reason)).or_default() += 1;
             }
         }
+    }
+
+    /// An admission decision at `t_s` after waiting `waited_s`: admitted
+    /// (`rejected` = None) or rejected with a reason. `from_queue` says
+    /// whether the session had joined the queue.
+    pub fn admission(&mut self, class: Class, t_s: f64, waited_s: f64, from_queue: bool, rejected: Option<&str>) {
+        self.last_record_s = self.last_record_s.max(t_s);
+        let c = class.idx();
+        let agg = &mut self.per_phase[locate(&self.phases, t_s)][c];
+        record(&mut agg.queued_ms, (waited_s.max(0.0) * 1000.0).round() as u64);
+        if let Some(reason) = rejected {
+            agg.rejected += 1;
+            *self.rejections.entry((class, reason.to_string())).or_default() += 1;
+        }
+        match (from_queue, rejected) {
+            (true, None) => self.queue.admitted[c] += 1,
+            (true, Some(_)) => self.queue.expired[c] += 1,
+            _ => {}
+        }
+    }
+
+    /// A session joined the admission queue.
+    pub fn queued(&mut self, class: Class) {
+        self.queue.joined[class.idx()] += 1;
+    }
+
+    /// Sessions still waiting for admission at the end, per class.
+    pub fn still_queued(&mut self, waiting: [u64; 2]) {
+        self.queue.waiting = waiting;
     }
 
     /// Records the once-per-second view of every replica at `t_s`.
@@ -453,6 +512,8 @@ impl Collector {
                     aborted_sessions: a.aborted,
                     cpu_mean: cpu_stats[i].map(|s| r4(s.0)),
                     cpu_cv: cpu_stats[i].map(|s| r4(s.1)),
+                    rejected: a.rejected,
+                    queued_ms_p95: pct(&a.queued_ms, 0.95, 1.0),
                 });
             }
         }
@@ -492,6 +553,8 @@ impl Collector {
             sessions_in_flight: in_flight,
             abort_reasons: self.abort_reasons.into_iter().map(|((c, r), n)| (c, r, n)).collect(),
             error_kinds: self.error_kinds.into_iter().map(|((c, r), n)| (c, r, n)).collect(),
+            rejection_reasons: self.rejections.into_iter().map(|((c, r), n)| (c, r, n)).collect(),
+            queue: self.queue,
         }
     }
 }
@@ -516,6 +579,20 @@ impl RunMetrics {
                 return Err(AccountingError(format!(
                     "class {class}: {} sessions started but {done} completed + {aborted} aborted + {} in flight",
                     self.sessions_started[c], self.sessions_in_flight[c]
+                )));
+            }
+            let q = &self.queue;
+            if q.joined[c] != q.admitted[c] + q.expired[c] + q.waiting[c] {
+                return Err(AccountingError(format!(
+                    "class {class}: {} sessions joined the admission queue but {} admitted + {} rejected + {} waiting",
+                    q.joined[c], q.admitted[c], q.expired[c], q.waiting[c]
+                )));
+            }
+            let rejected: u64 = self.phases.iter().filter(|r| r.class == class).map(|r| r.rejected).sum();
+            let reasons: u64 = self.rejection_reasons.iter().filter(|r| r.0 == class).map(|r| r.2).sum();
+            if rejected != reasons {
+                return Err(AccountingError(format!(
+                    "class {class}: phases.csv counts {rejected} rejected sessions, the reasons {reasons}"
                 )));
             }
             let series: u64 = self.timeseries.iter().filter(|r| r.class == class).map(|r| r.completed).sum();
@@ -599,6 +676,29 @@ mod tests {
         c.session_started(Class::F);
         let m = c.finish(&|_, _| true, [0, 1]);
         m.check_accounting().unwrap();
+    }
+
+    #[test]
+    fn admission_queue_books_balance_and_rejections_are_counted() {
+        let mut c = collector();
+        c.queued(Class::F);
+        c.queued(Class::F);
+        c.queued(Class::F);
+        c.admission(Class::F, 12.0, 0.5, true, None);
+        c.admission(Class::F, 13.0, 5.0, true, Some("queue deadline"));
+        c.admission(Class::F, 14.0, 0.0, false, Some("queue full"));
+        c.admission(Class::P, 14.0, 0.0, false, None);
+        c.still_queued([0, 1]);
+        let m = c.finish(&|_, _| true, [0, 0]);
+        m.check_accounting().unwrap();
+        let f = m.phases.iter().find(|r| r.phase == "baseline" && r.class == Class::F).unwrap();
+        assert_eq!(f.rejected, 2);
+        assert!((f.queued_ms_p95.unwrap() - 5000.0).abs() < 5.0, "3 significant digits: {:?}", f.queued_ms_p95);
+        assert_eq!(m.rejection_reasons.len(), 2);
+        let mut c = collector();
+        c.queued(Class::P);
+        let m = c.finish(&|_, _| true, [0, 0]);
+        assert!(m.check_accounting().unwrap_err().0.contains("joined the admission queue"), "a lost waiter fails");
     }
 
     #[test]

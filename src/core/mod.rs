@@ -3,6 +3,8 @@
 //! I/O or reads a clock, so every backend (and every test) drives the same
 //! code with its own notion of time.
 
+pub mod admission;
+pub mod degradation;
 pub mod detect;
 pub mod faults;
 pub mod health;

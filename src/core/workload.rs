@@ -29,6 +29,9 @@ pub struct Workload {
     /// PLB admission knobs.
     #[serde(default)]
     pub router: RouterKnobs,
+    /// Degradation modes and priority admission (used with `--admission modes`).
+    #[serde(default)]
+    pub degradation: super::degradation::DegradationKnobs,
     /// Query templates; each class needs at least one.
     pub query: Vec<QueryTemplate>,
 }
@@ -195,6 +198,7 @@ impl Workload {
         if !(self.router.alpha > 0.0 && self.router.alpha <= 1.0) {
             return Err(invalid("router.alpha", "must be in (0, 1]"));
         }
+        self.degradation.validate().map_err(|(field, reason)| invalid(&field, reason))?;
         for (field, v) in [
             ("client.connect_timeout_ms", self.client.connect_timeout_ms),
             ("client.query_timeout_ms", self.client.query_timeout_ms),
@@ -325,5 +329,17 @@ mod tests {
     fn bad_ranges_name_the_field() {
         let text = DEFAULT.replacen("theta = 10", "theta = 0", 1);
         assert_eq!(Workload::parse(&text).unwrap_err().to_string(), "field `router.theta`: must be at least 1");
+    }
+
+    #[test]
+    fn degradation_section_is_parsed_and_checked() {
+        let w = Workload::parse(&format!("{DEFAULT}\n[degradation]\npreset = \"aggressive\"\nfreemium = \"background\"\n")).unwrap();
+        assert_eq!(w.degradation.thresholds(1.0).cpu_pct, [85.0, 93.0, 97.0]);
+        let err = Workload::parse(&format!("{DEFAULT}\n[degradation]\nbogus = 1\n")).unwrap_err().to_string();
+        assert!(err.contains("bogus"), "{err}");
+        let err = Workload::parse(&format!("{DEFAULT}\n[degradation]\nhysteresis_factor = 2.0\n")).unwrap_err().to_string();
+        assert_eq!(err, "field `degradation.hysteresis_factor`: must be in (0, 1]");
+        let err = Workload::parse(&format!("{DEFAULT}\n[degradation]\npremium = \"urgent\"\n")).unwrap_err().to_string();
+        assert!(err.contains("premium"), "{err}");
     }
 }

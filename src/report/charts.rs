@@ -139,7 +139,13 @@ pub struct Frame {
     pub windows: Vec<Window>,
     /// Times of fault events, for markers.
     pub fault_times: Vec<f64>,
+    /// Degraded-mode spans `(start, end, mode name, level 1..3)` of
+    /// `--admission modes`, shaded under the latency chart.
+    pub modes: Vec<(f64, f64, String, usize)>,
 }
+
+/// Colour of degraded-mode shading (darker = more degraded).
+const MODE: RGBColor = RGBColor(0x6a, 0x3d, 0x9a);
 
 impl Frame {
     /// The frame of a run with `k` replicas: windows from the phase rows
@@ -153,7 +159,7 @@ impl Frame {
             }
             windows.push(Window { name: r.phase.clone(), start_s: r.start_s, end_s: r.end_s, survivors: r.survivors, warmup });
         }
-        Frame { t_end: t_end.max(1.0), windows, fault_times }
+        Frame { t_end: t_end.max(1.0), windows, fault_times, modes: Vec::new() }
     }
 }
 
@@ -388,8 +394,30 @@ pub fn p95(series: &[SeriesRow], frame: &Frame) -> Result<String, ChartError> {
         let mut entries: Vec<(Swatch, String)> =
             Class::ALL.iter().map(|&c| (Swatch::Line(class_colour(c)), class_title(c).to_string())).collect();
         entries.extend(window_entries(frame));
+        if !frame.modes.is_empty() {
+            entries.push((Swatch::Fill(MODE, 0.14), "degraded mode (darker = worse)".to_string()));
+        }
         legend(&side, &entries)
     })
+}
+
+/// The degraded-mode spans of a run from its `mode` events (`a->b`), up to `t_end`.
+pub fn mode_spans(events: &[crate::core::metrics::EventRow], t_end: f64) -> Vec<(f64, f64, String, usize)> {
+    const NAMES: [&str; 4] = ["normal", "cautious", "restricted", "survival"];
+    let mut spans = Vec::new();
+    let mut open: Option<(f64, String, usize)> = None;
+    for e in events.iter().filter(|e| e.kind == "mode") {
+        let to = e.detail.rsplit("->").next().unwrap_or("").to_string();
+        if let Some((t0, name, level)) = open.take() {
+            spans.push((t0, e.t_s, name, level));
+        }
+        let level = NAMES.iter().position(|n| *n == to).unwrap_or(0);
+        if level > 0 {
+            open = Some((e.t_s, to, level));
+        }
+    }
+    spans.extend(open.map(|(t0, name, level)| (t0, t_end, name, level)));
+    spans
 }
 
 fn p95_lines<Y>(chart: &mut TimeChart<'_, '_, Y>, series: &[SeriesRow], frame: &Frame, ys: (f64, f64), y_desc: &str) -> Result<(), DrawErr>
@@ -398,6 +426,12 @@ where
 {
     mesh(chart, y_desc)?;
     shade(chart, frame, ys)?;
+    for (start, end, name, level) in &frame.modes {
+        let area = Rectangle::new([(*start, ys.0), (end.min(frame.t_end), ys.1)], MODE.mix(0.07 * *level as f64).filled());
+        chart.draw_series(std::iter::once(area))?;
+        let style = text_style(11, MODE, HPos::Left, VPos::Bottom);
+        chart.draw_series(std::iter::once(EmptyElement::at((*start, ys.0)) + Text::new(name.clone(), (4, -4), style)))?;
+    }
     for class in Class::ALL {
         let pts = class_series(series, class).into_iter().map(|r| (r.t_s as f64 + 0.5, r.p95_ms.filter(|v| *v > 0.0)));
         draw_runs(chart, &runs(pts), class_colour(class).stroke_width(2))?;
@@ -507,6 +541,21 @@ fn bar_panel(area: &Area<'_>, y_desc: &str, names: &[&str], values: &[Pair]) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mode_spans_follow_mode_events_to_the_end() {
+        let ev = |t_s: f64, kind: &str, detail: &str| crate::core::metrics::EventRow { t_s, kind: kind.into(), replica: String::new(), detail: detail.into() };
+        let events = [
+            ev(10.0, "mode", "normal->cautious"),
+            ev(12.0, "fault", "Down"),
+            ev(40.0, "mode", "cautious->survival"),
+            ev(70.0, "mode", "survival->normal"),
+            ev(90.0, "mode", "normal->restricted"),
+        ];
+        let spans = mode_spans(&events, 100.0);
+        let got: Vec<_> = spans.iter().map(|(a, b, n, l)| (*a, *b, n.as_str(), *l)).collect();
+        assert_eq!(got, [(10.0, 40.0, "cautious", 1), (40.0, 70.0, "survival", 3), (90.0, 100.0, "restricted", 2)]);
+    }
 
     #[test]
     fn three_significant_digits() {

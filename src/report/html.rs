@@ -252,7 +252,8 @@ impl Page {
         let phases = if m.phases.is_empty() { &s.phases } else { &m.phases };
         let k = s.settings.replicas;
         let names = replica_names(k, m);
-        let frame = Frame::new(phases, k, time_end(s, m, phases), s.faults.iter().map(|f| f.t_s).collect());
+        let mut frame = Frame::new(phases, k, time_end(s, m, phases), s.faults.iter().map(|f| f.t_s).collect());
+        frame.modes = charts::mode_spans(&m.events, frame.t_end);
         let replica_cpu = if s.replica_cpu.is_empty() { &m.replica_cpu } else { &s.replica_cpu };
         let events = if m.events.is_empty() { &s.fault_events } else { &m.events };
         let groups = phase_groups(phases, k);
@@ -583,6 +584,8 @@ mod tests {
             aborted_sessions: if survivors < 5 { 2 } else { 0 },
             cpu_mean: Some(0.7),
             cpu_cv: Some(0.1),
+            rejected: 0,
+            queued_ms_p95: None,
         }
     }
 
@@ -659,6 +662,8 @@ mod tests {
             sessions_in_flight: [2, 2],
             abort_reasons: vec![(Class::P, "replica down".into(), 2), (Class::F, "replica down".into(), 2)],
             error_kinds: vec![(Class::P, "connection".into(), 3), (Class::F, "connection".into(), 3)],
+            rejection_reasons: vec![],
+            queue: Default::default(),
         };
         let summary = Summary {
             partial,
@@ -678,6 +683,7 @@ mod tests {
                 theta: 10,
                 alpha: 0.7,
                 detection: "probe".into(),
+                admission: "none".into(),
             },
             environment: Environment {
                 plbbench_version: "0.1.0".into(),
@@ -703,6 +709,7 @@ mod tests {
                     sessions_in_flight: 2,
                     aborts: vec![("replica down".into(), 2)],
                     errors: vec![("connection".into(), 3)],
+                    rejections: vec![],
                 })
                 .to_vec(),
             verdicts: vec![

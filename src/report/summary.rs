@@ -39,6 +39,13 @@ pub struct Settings {
     pub alpha: f64,
     /// How the router learns of faults: `probe` or `oracle`.
     pub detection: String,
+    /// Admission layer in front of the strategy (`none` or `modes`).
+    #[serde(default = "admission_none")]
+    pub admission: String,
+}
+
+fn admission_none() -> String {
+    "none".into()
 }
 
 /// Where the run ran.
@@ -86,6 +93,9 @@ pub struct Accounting {
     pub aborts: Vec<(String, u64)>,
     /// Failed queries by error kind.
     pub errors: Vec<(String, u64)>,
+    /// Sessions rejected by admission, by reason.
+    #[serde(default)]
+    pub rejections: Vec<(String, u64)>,
 }
 
 /// The whole summary.json.

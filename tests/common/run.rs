@@ -381,6 +381,8 @@ pub const CONTRACT: &[(&str, &[&str])] = &[
             "aborted_sessions",
             "cpu_mean",
             "cpu_cv",
+            "rejected",
+            "queued_ms_p95",
         ],
     ),
     (

@@ -1,0 +1,255 @@
+//! Priority admission in front of any strategy (issue 8): the degradation
+//! mode decides whether a session's class may start and how many sessions
+//! a replica may hold; a session that may not start waits in a bounded FIFO
+//! queue until its deadline, then is rejected. Every rejection is counted
+//! per class and reason. Pure: the caller passes the time and the router.
+
+use super::degradation::{DegradationKnobs, Load, Manager, Mode, Transition};
+use super::model::{Class, ReplicaId};
+use super::router::Router;
+use std::collections::VecDeque;
+
+/// Why a session was rejected.
+pub const REJECT_DEADLINE: &str = "queue deadline";
+/// The queue was full when the session arrived.
+pub const REJECT_FULL: &str = "queue full";
+
+/// The outcome of one admission attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Start the session on this replica (the router counted it).
+    Admit(ReplicaId),
+    /// The mode holds it back: it waits in the queue.
+    Queued,
+    /// The queue is full: rejected now.
+    Rejected(&'static str),
+    /// The router itself has no replica (as without admission).
+    NoRoute,
+}
+
+/// A session waiting for admission.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Waiting {
+    /// Client index.
+    pub client: u32,
+    /// Its class.
+    pub class: Class,
+    /// When it joined the queue.
+    pub since_s: f64,
+}
+
+/// Admission gate: manager, queue and counters.
+#[derive(Clone, Debug)]
+pub struct Gate {
+    knobs: DegradationKnobs,
+    manager: Manager,
+    replica_sessions: u32,
+    deadline_s: f64,
+    queue: VecDeque<Waiting>,
+    /// Rejections per class and reason.
+    pub rejections: [[u64; 2]; 2],
+}
+
+impl Gate {
+    /// A gate in Normal mode; `replica_sessions` is the per-replica limit
+    /// at 100 % share.
+    pub fn new(knobs: DegradationKnobs, time_scale: f64, replica_sessions: u32) -> Gate {
+        let manager = Manager::new(knobs.thresholds(time_scale));
+        let deadline_s = knobs.queue_deadline_ms as f64 / 1000.0;
+        Gate { knobs, manager, replica_sessions: replica_sessions.max(1), deadline_s, queue: VecDeque::new(), rejections: [[0; 2]; 2] }
+    }
+
+    /// How long a session may wait for admission, seconds.
+    pub fn deadline_s(&self) -> f64 {
+        self.deadline_s
+    }
+
+    /// The current mode.
+    pub fn mode(&self) -> Mode {
+        self.manager.mode()
+    }
+
+    /// The manager (for counters and time in mode).
+    pub fn manager(&self) -> &Manager {
+        &self.manager
+    }
+
+    /// Sessions waiting now.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Total rejections of `class`.
+    pub fn rejected(&self, class: Class) -> u64 {
+        self.rejections[class.idx()].iter().sum()
+    }
+
+    /// The sessions a replica may hold in the current mode.
+    pub fn replica_limit(&self) -> u32 {
+        ((f64::from(self.replica_sessions) * self.mode().concurrency_share()).ceil() as u32).max(1)
+    }
+
+    /// The query deadline in the current mode.
+    pub fn query_timeout_s(&self, base_s: f64) -> f64 {
+        base_s * self.mode().timeout_multiplier()
+    }
+
+    /// Feeds a load observation (the queue depth is added here).
+    pub fn observe(&mut self, t_s: f64, mut load: Load) -> Option<Transition> {
+        load.queue = self.queue.len() as f64;
+        self.manager.observe(t_s, &load)
+    }
+
+    /// Tries to start a session of `class` now, without queueing.
+    fn try_start(&self, router: &mut Router, class: Class) -> Decision {
+        if self.knobs.priority(class) < self.mode().min_priority() {
+            return Decision::Queued;
+        }
+        let Some(r) = router.admit(class) else { return Decision::NoRoute };
+        if router.active(r).iter().sum::<u32>() > self.replica_limit() {
+            router.release(r, class);
+            return Decision::Queued;
+        }
+        Decision::Admit(r)
+    }
+
+    /// A new session of `class` from client `client` asks to start at
+    /// `t_s`. Sessions already waiting go first.
+    pub fn request(&mut self, router: &mut Router, client: u32, class: Class, t_s: f64) -> Decision {
+        let decision = if self.queue.is_empty() { self.try_start(router, class) } else { Decision::Queued };
+        if decision != Decision::Queued {
+            return decision;
+        }
+        if self.queue.len() >= self.knobs.queue_capacity {
+            self.rejections[class.idx()][1] += 1;
+            return Decision::Rejected(REJECT_FULL);
+        }
+        self.queue.push_back(Waiting { client, class, since_s: t_s });
+        Decision::Queued
+    }
+
+    /// Starts waiting sessions in queue order while they may start; a
+    /// waiting session the router cannot place keeps its place. Returns the
+    /// admitted sessions with their replicas.
+    pub fn drain(&mut self, router: &mut Router) -> Vec<(Waiting, ReplicaId)> {
+        let mut admitted = Vec::new();
+        let mut keep = VecDeque::new();
+        while let Some(w) = self.queue.pop_front() {
+            match self.try_start(router, w.class) {
+                Decision::Admit(r) => admitted.push((w, r)),
+                _ => keep.push_back(w),
+            }
+        }
+        self.queue = keep;
+        admitted
+    }
+
+    /// Rejects the sessions whose deadline has passed at `t_s`.
+    pub fn expire(&mut self, t_s: f64) -> Vec<Waiting> {
+        let deadline = self.deadline_s;
+        let (gone, keep): (Vec<_>, Vec<_>) = self.queue.drain(..).partition(|w| t_s - w.since_s >= deadline - 1e-9);
+        self.queue = keep.into();
+        for w in &gone {
+            self.rejections[w.class.idx()][0] += 1;
+        }
+        gone
+    }
+
+    /// When the oldest waiting session's deadline falls, if any.
+    pub fn next_deadline(&self) -> Option<f64> {
+        self.queue.iter().map(|w| w.since_s + self.deadline_s).reduce(f64::min)
+    }
+
+    /// Sessions still waiting per class (at the end of a run).
+    pub fn waiting(&self) -> [u64; 2] {
+        let mut n = [0; 2];
+        for w in &self.queue {
+            n[w.class.idx()] += 1;
+        }
+        n
+    }
+}
+
+/// Mean CPU percent of the `healthy` replicas between two cumulative CPU
+/// readings `dt_s` apart, `cpus` cores each; `None` if none was measured.
+pub fn cpu_pct(before: &[Option<f64>], after: &[Option<f64>], healthy: &[bool], dt_s: f64, cpus: f64) -> Option<f64> {
+    let us: Vec<f64> = (0..after.len())
+        .filter(|&r| healthy[r])
+        .filter_map(|r| Some((after[r]? - before[r]?).max(0.0) / (cpus * dt_s)))
+        .collect();
+    (dt_s > 0.0 && !us.is_empty()).then(|| 100.0 * us.iter().sum::<f64>() / us.len() as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::degradation::{Priority, Thresholds};
+    use crate::core::router::{RouterConfig, Strategy};
+
+    fn router() -> Router {
+        Router::new(RouterConfig {
+            strategy: Strategy::Rr,
+            replicas: 2,
+            reference: [1, 0, 1],
+            split: (1, 1),
+            theta: 10,
+            alpha: 0.7,
+            mixed_bounded: false,
+        })
+    }
+
+    fn gate() -> Gate {
+        let knobs = DegradationKnobs { queue_capacity: 3, queue_deadline_ms: 2000, min_mode_duration_s: Some(0.0), ..Default::default() };
+        Gate::new(knobs, 1.0, 10)
+    }
+
+    #[test]
+    fn survival_queues_below_critical_and_the_deadline_rejects_and_counts() {
+        let mut g = gate();
+        let mut r = router();
+        assert!(matches!(g.request(&mut r, 0, Class::P, 0.0), Decision::Admit(_)));
+        g.observe(1.0, Load { cpu_pct: Some(99.0), ..Default::default() });
+        assert_eq!(g.mode(), Mode::Survival);
+        for (c, class) in [(1, Class::P), (2, Class::F), (3, Class::F)] {
+            assert_eq!(g.request(&mut r, c, class, 1.0), Decision::Queued);
+        }
+        assert_eq!(g.request(&mut r, 4, Class::F, 1.5), Decision::Rejected(REJECT_FULL), "capacity 3");
+        assert!(g.expire(2.9).is_empty(), "before the 2 s deadline");
+        assert!(g.drain(&mut r).is_empty(), "still Survival");
+        let gone = g.expire(3.0);
+        assert_eq!(gone.len(), 3);
+        assert_eq!(g.rejections, [[1, 0], [2, 1]], "P: 1 deadline; F: 2 deadline + 1 full");
+        assert_eq!((g.rejected(Class::P), g.rejected(Class::F), g.queued()), (1, 3, 0));
+    }
+
+    #[test]
+    fn restricted_admits_normal_and_above_and_limits_each_replica() {
+        let knobs = DegradationKnobs { freemium: Priority::Background, min_mode_duration_s: Some(0.0), ..Default::default() };
+        let mut g = Gate::new(knobs, 1.0, 10);
+        let mut r = router();
+        g.observe(1.0, Load { cpu_pct: Some(91.0), ..Default::default() });
+        assert_eq!((g.mode(), g.replica_limit()), (Mode::Restricted, 5));
+        assert_eq!(g.request(&mut r, 0, Class::F, 1.0), Decision::Queued, "Background below Normal");
+        assert_eq!(g.request(&mut r, 1, Class::P, 1.0), Decision::Queued, "waiting sessions go first");
+        let admitted = g.drain(&mut r);
+        assert_eq!((admitted.len(), admitted[0].0.client, g.queued()), (1, 1, 1), "Premium passes, Freemium waits");
+        // Back to Normal: the queue drains, Premium up to 10 per replica.
+        let mut g = Gate::new(DegradationKnobs { min_mode_duration_s: Some(0.0), ..Default::default() }, 1.0, 10);
+        g.observe(1.0, Load { cpu_pct: Some(91.0), ..Default::default() });
+        let mut r = router();
+        let started = (0..20).filter(|c| matches!(g.request(&mut r, *c, Class::P, 1.0), Decision::Admit(_))).count();
+        assert_eq!(started, 10, "2 replicas x 50 % of 10");
+        assert_eq!(g.queued(), 10);
+        g.observe(2.0, Load { cpu_pct: Some(10.0), ..Default::default() });
+        assert_eq!(g.mode(), Mode::Normal);
+        assert_eq!(g.drain(&mut r).len(), 10);
+        assert_eq!(r.active(0)[0] + r.active(1)[0], 20);
+        assert_eq!(g.query_timeout_s(30.0), 30.0);
+    }
+
+    #[test]
+    fn thresholds_reach_the_gate() {
+        let g = gate();
+        assert_eq!(g.manager().thresholds().cpu_pct, Thresholds::preset(crate::core::degradation::Preset::Default).cpu_pct);
+    }
+}

@@ -1,0 +1,208 @@
+//! `--metrics-addr` (issue 8): Prometheus metrics served during a real run,
+//! so an operator can watch the degradation mode and the router as they
+//! change. The text encoding is prometheus-client's (OpenMetrics text); the
+//! server is a minimal HTTP/1.1 responder on a tokio listener that answers
+//! `GET /metrics` and closes each connection. The driver refreshes the
+//! values once per second from the router and the admission gate.
+
+use crate::core::admission::Gate;
+use crate::core::model::{replica_name, Class, Role};
+use crate::core::router::Router;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClassLabel {
+    class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReplicaLabel {
+    replica: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReplicaClassLabel {
+    replica: String,
+    class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReplicaRoleLabel {
+    replica: String,
+    role: String,
+}
+
+/// Every live metric and the registry that encodes them.
+pub struct LiveMetrics {
+    registry: Registry,
+    mode: Gauge,
+    transitions: Counter,
+    rejections: Family<ClassLabel, Counter>,
+    active: Family<ReplicaClassLabel, Gauge>,
+    role: Family<ReplicaRoleLabel, Gauge>,
+    healthy: Family<ReplicaLabel, Gauge>,
+    seen: (u64, [u64; 2]),
+}
+
+impl Default for LiveMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LiveMetrics {
+    /// Registers every metric (all zero until the first refresh).
+    pub fn new() -> LiveMetrics {
+        let mut registry = Registry::default();
+        let m = LiveMetrics {
+            mode: Gauge::default(),
+            transitions: Counter::default(),
+            rejections: Family::default(),
+            active: Family::default(),
+            role: Family::default(),
+            healthy: Family::default(),
+            seen: (0, [0; 2]),
+            registry: Registry::default(),
+        };
+        registry.register("plbbench_degradation_mode", "Degradation mode (0=Normal, 1=Cautious, 2=Restricted, 3=Survival)", m.mode.clone());
+        registry.register("plbbench_degradation_transitions", "Degradation mode transitions", m.transitions.clone());
+        registry.register("plbbench_degradation_rejections", "Sessions rejected by admission, per class", m.rejections.clone());
+        registry.register("plbbench_router_active_sessions", "Active sessions per replica and class", m.active.clone());
+        registry.register("plbbench_router_role", "1 for the replica's current PLB role", m.role.clone());
+        registry.register("plbbench_router_replica_healthy", "1 when the router considers the replica healthy", m.healthy.clone());
+        for class in Class::ALL {
+            let _ = m.rejections.get_or_create(&ClassLabel { class: class.long().into() });
+        }
+        LiveMetrics { registry, ..m }
+    }
+
+    /// Copies the router's and the gate's state into the metrics.
+    pub fn refresh(&mut self, router: &Router, gate: Option<&Gate>) {
+        for r in 0..router.config().replicas {
+            let replica = replica_name(r);
+            let active = router.active(r);
+            for class in Class::ALL {
+                let l = ReplicaClassLabel { replica: replica.clone(), class: class.long().into() };
+                self.active.get_or_create(&l).set(i64::from(active[class.idx()]));
+            }
+            for role in Role::ALL {
+                let l = ReplicaRoleLabel { replica: replica.clone(), role: role.to_string() };
+                self.role.get_or_create(&l).set(i64::from(router.role(r) == role));
+            }
+            self.healthy.get_or_create(&ReplicaLabel { replica }).set(i64::from(router.is_healthy(r)));
+        }
+        let Some(gate) = gate else { return };
+        self.mode.set(gate.mode().idx() as i64);
+        let transitions = gate.manager().transitions();
+        self.transitions.inc_by(transitions - self.seen.0);
+        self.seen.0 = transitions;
+        for class in Class::ALL {
+            let n = gate.rejected(class);
+            let c = self.rejections.get_or_create(&ClassLabel { class: class.long().into() });
+            c.inc_by(n - self.seen.1[class.idx()]);
+            self.seen.1[class.idx()] = n;
+        }
+    }
+
+    /// The OpenMetrics text of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+}
+
+/// Binds the listener now, so a bad or busy address is refused before the
+/// cluster starts.
+pub fn bind(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let l = std::net::TcpListener::bind(addr)?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
+/// Serves `metrics` on `listener` until the task is aborted.
+pub async fn serve(listener: std::net::TcpListener, metrics: Arc<Mutex<LiveMetrics>>) {
+    let Ok(listener) = TcpListener::from_std(listener) else { return };
+    loop {
+        let Ok((stream, _)) = listener.accept().await else { continue };
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(5), respond(stream, &metrics)).await;
+        });
+    }
+}
+
+/// Reads one request head (at most 8 KiB) and answers it.
+async fn respond(mut stream: TcpStream, metrics: &Mutex<LiveMetrics>) -> std::io::Result<()> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let head = String::from_utf8_lossy(&buf);
+    let target = head.lines().next().unwrap_or("").split_whitespace().take(2).collect::<Vec<_>>();
+    let (status, ctype, body) = match target.as_slice() {
+        ["GET", "/metrics"] => (
+            "200 OK",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            metrics.lock().expect("metrics lock").encode(),
+        ),
+        _ => ("404 Not Found", "text/plain; charset=utf-8", "try GET /metrics\n".to_string()),
+    };
+    let reply = format!("HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+    stream.write_all(reply.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::degradation::{DegradationKnobs, Load};
+    use crate::core::router::{RouterConfig, Strategy};
+
+    #[test]
+    fn encodes_mode_transitions_rejections_and_router_gauges() {
+        let mut router = Router::new(RouterConfig {
+            strategy: Strategy::Plb,
+            replicas: 2,
+            reference: [1, 0, 1],
+            split: (1, 1),
+            theta: 10,
+            alpha: 0.7,
+            mixed_bounded: false,
+        });
+        let knobs = DegradationKnobs { queue_capacity: 1, min_mode_duration_s: Some(0.0), ..Default::default() };
+        let mut gate = Gate::new(knobs, 1.0, 10);
+        router.admit(Class::P);
+        gate.observe(1.0, Load { cpu_pct: Some(99.0), ..Default::default() });
+        gate.request(&mut router, 0, Class::F, 1.0);
+        gate.request(&mut router, 1, Class::F, 1.0);
+        let mut m = LiveMetrics::new();
+        m.refresh(&router, Some(&gate));
+        m.refresh(&router, Some(&gate));
+        let text = m.encode();
+        for line in [
+            "plbbench_degradation_mode 3",
+            "plbbench_degradation_transitions_total 1",
+            "plbbench_degradation_rejections_total{class=\"freemium\"} 1",
+            "plbbench_degradation_rejections_total{class=\"premium\"} 0",
+            "plbbench_router_active_sessions{replica=\"r1\",class=\"premium\"} 1",
+            "plbbench_router_role{replica=\"r1\",role=\"P\"} 1",
+            "plbbench_router_replica_healthy{replica=\"r2\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing `{line}` in\n{text}");
+        }
+    }
+}
