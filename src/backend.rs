@@ -2,8 +2,10 @@
 //! and router, runs the sessions on the simulator or a real cluster, and
 //! returns the filled collector with what the backend observed.
 
-use crate::cli::Detection;
+use crate::cli::{ClusterKind, Detection};
+use crate::cluster::external::{ClusterFile, ExternalCluster};
 use crate::cluster::local::{default_state_dir, LocalCluster, LocalOptions};
+use crate::cluster::{docker, Cluster, DockerCluster, DockerOptions, Fault};
 use crate::core::metrics::Collector;
 use crate::core::router::Router;
 use crate::core::schedule;
@@ -74,6 +76,51 @@ fn local_cluster(plan: &Plan) -> Result<LocalCluster, Error> {
     LocalCluster::up(&opts).context("starting the local cluster").map_err(Error::Run)
 }
 
+/// Uses the docker cluster that `plbbench cluster up --backend docker` left
+/// running, if it has K replicas; otherwise starts one for this run alone.
+fn docker_cluster(plan: &Plan) -> Result<DockerCluster, Error> {
+    let k = plan.args.common.replicas;
+    if let Some(c) = DockerCluster::load(&docker::default_state_dir()).map_err(|e| Error::Run(e.into()))? {
+        if c.replicas() != k {
+            return Err(Error::Input(format!(
+                "--replicas: the running docker cluster has {} replicas, not {k} (run `plbbench cluster down --backend docker` first)",
+                c.replicas()
+            )));
+        }
+        eprintln!("plbbench: using the running docker cluster ({k} replicas)");
+        return Ok(c);
+    }
+    // A fixed name: a cluster orphaned by a killed run is removed by the next.
+    let opts = DockerOptions {
+        replicas: k,
+        cpus: plan.args.common.cpus,
+        scale: plan.workload.dataset.scale,
+        seed: plan.workload.dataset.seed,
+        state_dir: docker::default_state_dir().with_file_name("docker-run"),
+        ..DockerOptions::default()
+    };
+    eprintln!("plbbench: starting a {k}-replica docker cluster (dataset scale {})", opts.scale);
+    DockerCluster::up(&opts).context("starting the docker cluster").map_err(Error::Run)
+}
+
+/// The external cluster of `--dsn`/`--cluster-file`, its dataset checked.
+fn external_cluster(plan: &Plan) -> Result<ExternalCluster, Error> {
+    let x = &plan.args.external;
+    let file = match &x.cluster_file {
+        Some(p) => Some(ClusterFile::read(p).map_err(|e| Error::Input(format!("--cluster-file: {e}")))?),
+        None => None,
+    };
+    let w = &plan.workload.dataset;
+    let c = ExternalCluster::open(&x.dsns, file, w.scale, w.seed, x.load_dataset).map_err(|e| match e {
+        crate::cluster::ExternalError::Input(m) => Error::Input(m),
+        other => Error::Run(anyhow::Error::new(other).context("opening the external cluster")),
+    })?;
+    if c.replicas() != plan.args.common.replicas {
+        return Err(Error::Input(format!("--replicas: the external cluster has {} replicas, not {}", c.replicas(), plan.args.common.replicas)));
+    }
+    Ok(c)
+}
+
 /// From now on SIGINT and SIGTERM set the returned flag instead of killing
 /// plbbench, so a signal during cluster start-up still lets it tear the
 /// cluster down (the driver then listens for signals itself).
@@ -87,16 +134,26 @@ pub fn catch_signals() -> Arc<AtomicBool> {
     flag
 }
 
-/// Runs the plan on real local PostgreSQL servers.
-pub fn run_local(plan: &Plan, collector: Collector) -> Result<(Collector, BackendOutcome), Error> {
+/// Runs the plan on a real cluster of the plan's backend (local, docker or
+/// external).
+pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, BackendOutcome), Error> {
     let interrupted = catch_signals();
-    let cluster = local_cluster(plan)?;
+    let cluster = match plan.args.common.cluster {
+        ClusterKind::Docker => Cluster::Docker(docker_cluster(plan)?),
+        ClusterKind::External => Cluster::External(external_cluster(plan)?),
+        _ => Cluster::Local(local_cluster(plan)?),
+    };
     if interrupted.load(Ordering::SeqCst) {
         drop(cluster);
         return Err(Error::Run(anyhow::anyhow!("interrupted while the cluster was starting; it was removed and nothing was measured")));
     }
     let postgres_version = Some(cluster.pg_version());
     let cpu_budget_enforced = cluster.cpu_budget_enforced();
+    let cpu_verdict = (!cluster.cpu_available()).then(|| Verdict {
+        name: "replica cpu".into(),
+        ok: false,
+        detail: "unavailable: the external cluster file gives no `cpu` sampler command, so CPU figures are empty".into(),
+    });
     let cluster = Arc::new(Mutex::new(cluster));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -128,7 +185,7 @@ pub fn run_local(plan: &Plan, collector: Collector) -> Result<(Collector, Backen
         partial: out.partial,
         postgres_version,
         cpu_budget_enforced,
-        verdicts: vec![stop_verdict(overrun_s)],
+        verdicts: std::iter::once(stop_verdict(overrun_s)).chain(cpu_verdict).collect(),
         interrupted_by: out.signal.map(String::from),
         stop_overrun_s: Some(overrun_s),
     };
@@ -150,12 +207,12 @@ fn stop_verdict(overrun_s: f64) -> Verdict {
 
 /// Leaves a shared cluster as the run found it: every replica the schedule
 /// left down or paused is started or resumed.
-fn heal(cluster: &mut LocalCluster, plan: &Plan) {
+fn heal(cluster: &mut Cluster, plan: &Plan) {
     for r in 0..plan.args.common.replicas {
         let last = plan.faults.iter().filter(|e| e.replica == r).last().map(|e| e.action);
         let result = match last {
-            Some(crate::core::model::Action::Down) => cluster.restart(r),
-            Some(crate::core::model::Action::Pause) => cluster.resume(r),
+            Some(crate::core::model::Action::Down) => cluster.apply(r, Fault::Rejoin).map(drop),
+            Some(crate::core::model::Action::Pause) => cluster.apply(r, Fault::Resume).map(drop),
             _ => Ok(()),
         };
         if let Err(e) = result {

@@ -46,6 +46,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Calibrate(args) => cluster_cmd::calibrate(args),
         Command::Compare(args) => compare::compare(args),
         Command::Archive(args) => archive::archive(args),
+        Command::Image(args) => cluster_cmd::image(args),
     }
 }
 
