@@ -48,9 +48,13 @@ debootstrap --variant=minbase --include=postgresql-15,ca-certificates "$suite" "
 rm -f "$dir.debootstrap.log"
 # The image runs the server itself; Debian's default cluster is not used.
 chroot "$dir" pg_dropcluster 15 main 2>/dev/null || true
-# Slim it: no apt lists, caches, docs or manuals in the image.
+# Slim it: no apt lists, caches, docs or manuals in the image, and no JIT
+# (plbbench runs with jit = off; LLVM alone is over 100 MB).
+rm -f "$dir"/usr/lib/x86_64-linux-gnu/libLLVM-*.so* "$dir"/usr/lib/postgresql/15/lib/llvmjit*
+rm -rf "$dir"/usr/lib/postgresql/15/lib/bitcode
 rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/* "$dir"/usr/share/doc/* "$dir"/usr/share/man/* "$dir"/usr/share/locale/*
 mkdir -p "$dir/var/lib/plbbench" "$dir/run/postgresql"
 chroot "$dir" chown postgres:postgres /var/lib/plbbench /run/postgresql
+chmod 0700 "$dir/var/lib/plbbench"
 # Does the server start? (version check inside the root filesystem)
 chroot "$dir" /usr/lib/postgresql/15/bin/postgres --version

@@ -2,6 +2,7 @@
 
 use plbbench::cluster::pgbin;
 
+#[allow(dead_code)]
 /// `false` (skip) only when PostgreSQL is missing and skipping was asked
 /// with `PLBBENCH_SKIP_PG=1`; otherwise a missing server fails the test
 /// with a pointer to the install script.

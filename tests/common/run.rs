@@ -107,12 +107,17 @@ impl<'a> Running<'a> {
     /// Starts `plbbench run --cluster local --faults FAULTS` in `sb` with
     /// `args` added.
     pub fn start(sb: &'a Sandbox, faults: &str, args: &[&str]) -> Running<'a> {
+        Running::start_on(sb, "local", faults, args)
+    }
+
+    /// [`Running::start`] on another backend (`docker`, `external`).
+    pub fn start_on(sb: &'a Sandbox, cluster: &str, faults: &str, args: &[&str]) -> Running<'a> {
         let file = |n: &str| Stdio::from(std::fs::File::create(sb.root.join(n)).unwrap());
         let child = Command::new(env!("CARGO_BIN_EXE_plbbench"))
             .args([
                 "run",
                 "--cluster",
-                "local",
+                cluster,
                 "--strategy",
                 "plb",
                 "-q",
