@@ -76,6 +76,11 @@ pub async fn ensure(docker: &Docker, force: bool) -> Result<Built, DockerError> 
         }
     }
     let t0 = Instant::now();
+    if force {
+        // The old image goes (unless a container still uses it), so a
+        // rebuild leaves no untagged plbbench image behind.
+        let _ = docker.remove_image(IMAGE, None::<bollard::query_parameters::RemoveImageOptions>, None).await;
+    }
     let work = std::env::temp_dir().join(format!("plbbench-rootfs-{}", std::process::id()));
     let result = build_in(docker, &work).await;
     let _ = std::fs::remove_dir_all(&work);
