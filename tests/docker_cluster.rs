@@ -220,6 +220,14 @@ fn cascade_run_on_docker_routes_around_downs_and_down_all_cleans() {
     let sb = Sandbox::new("docker");
     let bin = env!("CARGO_BIN_EXE_plbbench");
     let plbbench = |args: &[&str]| Command::new(bin).args(args).env("PLBBENCH_STATE_DIR", sb.state_dir()).output().unwrap();
+    // However the test ends, the cluster it brought up goes.
+    struct Down<'a>(&'a dyn Fn(&[&str]) -> std::process::Output);
+    impl Drop for Down<'_> {
+        fn drop(&mut self) {
+            (self.0)(&["cluster", "down", "--backend", "docker"]);
+        }
+    }
+    let _down = Down(&plbbench);
     let t = Instant::now();
     let up = plbbench(&["cluster", "up", "--backend", "docker"]);
     assert!(up.status.success(), "cluster up: {}", String::from_utf8_lossy(&up.stderr));
