@@ -48,59 +48,37 @@ pub fn run_sim(plan: &Plan, mut collector: Collector) -> (Collector, BackendOutc
     (collector, BackendOutcome { in_flight: out.in_flight, cpu_budget_enforced: false, ..Default::default() })
 }
 
-/// Uses the cluster that `plbbench cluster up` left running, if it has K
-/// replicas; otherwise starts one for this run alone (removed at the end).
-fn local_cluster(plan: &Plan) -> Result<LocalCluster, Error> {
+/// The cluster that `plbbench cluster up --backend KIND` left running, if
+/// any, checked to have K replicas.
+fn running(plan: &Plan, kind: ClusterKind) -> Result<Option<Cluster>, Error> {
     let k = plan.args.common.replicas;
-    if let Some(c) = LocalCluster::load(&default_state_dir()).map_err(|e| Error::Run(e.into()))? {
-        if c.replicas() != k {
-            return Err(Error::Input(format!(
-                "--replicas: the running local cluster has {} replicas, not {k} (run `plbbench cluster down` first)",
-                c.replicas()
-            )));
-        }
-        eprintln!("plbbench: using the running local cluster ({k} replicas)");
-        return Ok(c);
+    let Some(c) = crate::cluster_cmd::running(kind)? else { return Ok(None) };
+    if c.replicas() != k {
+        return Err(Error::Input(format!(
+            "--replicas: the running {} cluster has {} replicas, not {k} (run `plbbench cluster down --backend {}` first)",
+            kind.name(),
+            c.replicas(),
+            kind.name()
+        )));
     }
-    // A fixed name: a cluster orphaned by a killed run is cleaned by the next.
-    let state_dir = default_state_dir().with_file_name("run");
-    let opts = LocalOptions {
-        replicas: k,
-        cpus: plan.args.common.cpus,
-        state_dir,
-        scale: plan.workload.dataset.scale,
-        seed: plan.workload.dataset.seed,
-        ..LocalOptions::default()
-    };
-    eprintln!("plbbench: starting a {k}-replica local PostgreSQL cluster (dataset scale {})", opts.scale);
-    LocalCluster::up(&opts).context("starting the local cluster").map_err(Error::Run)
+    eprintln!("plbbench: using the running {} cluster ({k} replicas)", kind.name());
+    Ok(Some(c))
 }
 
-/// Uses the docker cluster that `plbbench cluster up --backend docker` left
-/// running, if it has K replicas; otherwise starts one for this run alone.
-fn docker_cluster(plan: &Plan) -> Result<DockerCluster, Error> {
-    let k = plan.args.common.replicas;
-    if let Some(c) = DockerCluster::load(&docker::default_state_dir()).map_err(|e| Error::Run(e.into()))? {
-        if c.replicas() != k {
-            return Err(Error::Input(format!(
-                "--replicas: the running docker cluster has {} replicas, not {k} (run `plbbench cluster down --backend docker` first)",
-                c.replicas()
-            )));
-        }
-        eprintln!("plbbench: using the running docker cluster ({k} replicas)");
-        return Ok(c);
+/// Starts a cluster for this run alone (removed at the end). Its state
+/// directory has a fixed name, so a cluster orphaned by a killed run is
+/// removed by the next.
+fn start(plan: &Plan, kind: ClusterKind) -> Result<Cluster, Error> {
+    let (k, cpus, w) = (plan.args.common.replicas, plan.args.common.cpus, &plan.workload.dataset);
+    eprintln!("plbbench: starting a {k}-replica {} PostgreSQL cluster (dataset scale {})", kind.name(), w.scale);
+    if kind == ClusterKind::Docker {
+        let state_dir = docker::default_state_dir().with_file_name("docker-run");
+        let opts = DockerOptions { replicas: k, cpus, scale: w.scale, seed: w.seed, state_dir, ..DockerOptions::default() };
+        return DockerCluster::up(&opts).context("starting the docker cluster").map(Cluster::Docker).map_err(Error::Run);
     }
-    // A fixed name: a cluster orphaned by a killed run is removed by the next.
-    let opts = DockerOptions {
-        replicas: k,
-        cpus: plan.args.common.cpus,
-        scale: plan.workload.dataset.scale,
-        seed: plan.workload.dataset.seed,
-        state_dir: docker::default_state_dir().with_file_name("docker-run"),
-        ..DockerOptions::default()
-    };
-    eprintln!("plbbench: starting a {k}-replica docker cluster (dataset scale {})", opts.scale);
-    DockerCluster::up(&opts).context("starting the docker cluster").map_err(Error::Run)
+    let state_dir = default_state_dir().with_file_name("run");
+    let opts = LocalOptions { replicas: k, cpus, state_dir, scale: w.scale, seed: w.seed, ..LocalOptions::default() };
+    LocalCluster::up(&opts).context("starting the local cluster").map(Cluster::Local).map_err(Error::Run)
 }
 
 /// The external cluster of `--dsn`/`--cluster-file`, its dataset checked.
@@ -139,9 +117,11 @@ pub fn catch_signals() -> Arc<AtomicBool> {
 pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, BackendOutcome), Error> {
     let interrupted = catch_signals();
     let cluster = match plan.args.common.cluster {
-        ClusterKind::Docker => Cluster::Docker(docker_cluster(plan)?),
         ClusterKind::External => Cluster::External(external_cluster(plan)?),
-        _ => Cluster::Local(local_cluster(plan)?),
+        kind => match running(plan, kind)? {
+            Some(c) => c,
+            None => start(plan, kind)?,
+        },
     };
     if interrupted.load(Ordering::SeqCst) {
         drop(cluster);

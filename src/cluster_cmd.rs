@@ -58,7 +58,7 @@ fn up(a: ClusterUpArgs) -> Result<(), Error> {
     let w = load_workload(a.workload.as_deref())?;
     let started = Instant::now();
     let interrupted = crate::backend::catch_signals();
-    let c = match a.backend {
+    let mut c = match a.backend {
         ClusterKind::Docker => {
             let opts = DockerOptions {
                 replicas: a.replicas,
@@ -68,10 +68,7 @@ fn up(a: ClusterUpArgs) -> Result<(), Error> {
                 seed: w.dataset.seed,
                 ..DockerOptions::default()
             };
-            let mut c = DockerCluster::up(&opts).context("cluster up")?;
-            if !interrupted.load(std::sync::atomic::Ordering::SeqCst) {
-                c.set_persistent(true).context("saving the cluster state")?;
-            }
+            let c = DockerCluster::up(&opts).context("cluster up")?;
             let t: Vec<String> = c.up_timings().iter().map(|(k, v)| format!("{k} {v:.1} s")).collect();
             eprintln!("plbbench: docker cluster {} ({})", c.id(), t.join(", "));
             Cluster::Docker(c)
@@ -85,13 +82,12 @@ fn up(a: ClusterUpArgs) -> Result<(), Error> {
                 seed: w.dataset.seed,
                 ..LocalOptions::default()
             };
-            let mut c = LocalCluster::up(&opts).context("cluster up")?;
-            if !interrupted.load(std::sync::atomic::Ordering::SeqCst) {
-                c.set_persistent(true).context("saving the cluster state")?;
-            }
-            Cluster::Local(c)
+            Cluster::Local(LocalCluster::up(&opts).context("cluster up")?)
         }
     };
+    if !interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+        c.set_persistent(true).context("saving the cluster state")?;
+    }
     if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
         drop(c);
         return Err(Error::Run(anyhow::anyhow!("interrupted while the cluster was starting; it was removed")));

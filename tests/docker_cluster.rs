@@ -15,6 +15,7 @@
 //! reuses it otherwise.
 
 mod common;
+use common::query;
 use common::run::*;
 
 use std::collections::HashMap;
@@ -70,22 +71,6 @@ async fn labelled(d: &Docker, label: &str) -> Vec<String> {
     let v = d.list_volumes(Some(ListVolumesOptions { filters: Some(f) })).await.unwrap();
     out.extend(v.volumes.unwrap_or_default().into_iter().map(|v| format!("volume:{}", v.name)));
     out
-}
-
-/// Runs `sql` on `cfg`; the first column as text, or the error (`timeout`).
-async fn query(cfg: &tokio_postgres::Config, sql: &str, limit: Duration) -> Result<String, String> {
-    let work = async {
-        let (client, conn) = cfg.connect(tokio_postgres::NoTls).await.map_err(|e| e.to_string())?;
-        tokio::spawn(conn);
-        let rows = client.simple_query(sql).await.map_err(|e| e.to_string())?;
-        rows.into_iter()
-            .find_map(|m| match m {
-                tokio_postgres::SimpleQueryMessage::Row(r) => Some(r.get(0).unwrap_or("").to_string()),
-                _ => None,
-            })
-            .ok_or_else(|| "no row".to_string())
-    };
-    tokio::time::timeout(limit, work).await.map_err(|_| "timeout".to_string())?
 }
 
 /// Cores replica `r` used over `window` while 3 connections run a CPU-bound

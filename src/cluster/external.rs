@@ -14,9 +14,10 @@
 //! ```toml
 //! dsns = ["host=10.0.0.1 port=5432 user=bench password=... dbname=plbbench", "..."]
 //! [commands]
-//! down = ["patronictl", "-c", "/etc/patroni.yml", "restart", "--force", "pg", "{replica}"]
-//! rejoin = ["..."]          # also: pause, resume, slow, partition, heal
-//! cpu = ["ssh", "db-{index}", "cat", "/sys/fs/cgroup/cpu.stat"]  # optional
+//! down = ["ssh", "db-{index}", "sudo", "systemctl", "kill", "-s", "KILL", "patroni"]
+//! rejoin = ["ssh", "db-{index}", "sudo", "systemctl", "start", "patroni"]
+//! # also: pause, resume, slow, partition, heal; and optionally
+//! cpu = ["ssh", "db-{index}", "cpu-seconds"]  # prints cumulative CPU seconds
 //! ```
 
 use std::collections::BTreeMap;

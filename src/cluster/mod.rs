@@ -236,6 +236,16 @@ impl Cluster {
         }
     }
 
+    /// Keeps the cluster running after plbbench exits (`cluster up`), or
+    /// not; saved in its state. The external backend never stops anything.
+    pub fn set_persistent(&mut self, persistent: bool) -> Result<(), ClusterError> {
+        match self {
+            Cluster::Local(c) => Ok(c.set_persistent(persistent)?),
+            Cluster::Docker(c) => Ok(c.set_persistent(persistent)?),
+            Cluster::External(_) => Ok(()),
+        }
+    }
+
     /// Whether the backend samples CPU at all (external: only with a sampler).
     pub fn cpu_available(&self) -> bool {
         match self {
