@@ -12,5 +12,6 @@ if [[ "${PLBBENCH_CHROMIUM:-1}" == 1 ]]; then
     bash scripts/install-chromium.sh
 fi
 command -v cargo >/dev/null 2>&1 || { echo "setup: cargo not found: install Rust (rustup) first" >&2; exit 1; }
+bash scripts/install-docker-deps.sh
 cargo build --release --locked
 echo "setup: ready: target/release/plbbench"

@@ -2,9 +2,11 @@
 //! and router, runs the sessions on the simulator or a real cluster, and
 //! returns the filled collector with what the backend observed.
 
-use crate::cli::{Admission, Detection};
-use crate::core::admission::Gate;
+use crate::cli::{Admission, ClusterKind, Detection};
+use crate::cluster::external::{ClusterFile, ExternalCluster};
 use crate::cluster::local::{default_state_dir, LocalCluster, LocalOptions};
+use crate::cluster::{docker, Cluster, DockerCluster, DockerOptions, Fault};
+use crate::core::admission::Gate;
 use crate::core::health::HealthConfig;
 use crate::core::metrics::Collector;
 use crate::core::router::Router;
@@ -61,32 +63,55 @@ pub fn run_sim(plan: &Plan, mut collector: Collector) -> (Collector, BackendOutc
     (collector, BackendOutcome { in_flight: out.in_flight, cpu_budget_enforced: false, ..Default::default() })
 }
 
-/// Uses the cluster that `plbbench cluster up` left running, if it has K
-/// replicas; otherwise starts one for this run alone (removed at the end).
-fn local_cluster(plan: &Plan) -> Result<LocalCluster, Error> {
+/// The cluster that `plbbench cluster up --backend KIND` left running, if
+/// any, checked to have K replicas.
+fn running(plan: &Plan, kind: ClusterKind) -> Result<Option<Cluster>, Error> {
     let k = plan.args.common.replicas;
-    if let Some(c) = LocalCluster::load(&default_state_dir()).map_err(|e| Error::Run(e.into()))? {
-        if c.replicas() != k {
-            return Err(Error::Input(format!(
-                "--replicas: the running local cluster has {} replicas, not {k} (run `plbbench cluster down` first)",
-                c.replicas()
-            )));
-        }
-        eprintln!("plbbench: using the running local cluster ({k} replicas)");
-        return Ok(c);
+    let Some(c) = crate::cluster_cmd::running(kind)? else { return Ok(None) };
+    if c.replicas() != k {
+        return Err(Error::Input(format!(
+            "--replicas: the running {} cluster has {} replicas, not {k} (run `plbbench cluster down --backend {}` first)",
+            kind.name(),
+            c.replicas(),
+            kind.name()
+        )));
     }
-    // A fixed name: a cluster orphaned by a killed run is cleaned by the next.
+    eprintln!("plbbench: using the running {} cluster ({k} replicas)", kind.name());
+    Ok(Some(c))
+}
+
+/// Starts a cluster for this run alone (removed at the end). Its state
+/// directory has a fixed name, so a cluster orphaned by a killed run is
+/// removed by the next.
+fn start(plan: &Plan, kind: ClusterKind) -> Result<Cluster, Error> {
+    let (k, cpus, w) = (plan.args.common.replicas, plan.args.common.cpus, &plan.workload.dataset);
+    eprintln!("plbbench: starting a {k}-replica {} PostgreSQL cluster (dataset scale {})", kind.name(), w.scale);
+    if kind == ClusterKind::Docker {
+        let state_dir = docker::default_state_dir().with_file_name("docker-run");
+        let opts = DockerOptions { replicas: k, cpus, scale: w.scale, seed: w.seed, state_dir, ..DockerOptions::default() };
+        return DockerCluster::up(&opts).context("starting the docker cluster").map(Cluster::Docker).map_err(Error::Run);
+    }
     let state_dir = default_state_dir().with_file_name("run");
-    let opts = LocalOptions {
-        replicas: k,
-        cpus: plan.args.common.cpus,
-        state_dir,
-        scale: plan.workload.dataset.scale,
-        seed: plan.workload.dataset.seed,
-        ..LocalOptions::default()
+    let opts = LocalOptions { replicas: k, cpus, state_dir, scale: w.scale, seed: w.seed, ..LocalOptions::default() };
+    LocalCluster::up(&opts).context("starting the local cluster").map(Cluster::Local).map_err(Error::Run)
+}
+
+/// The external cluster of `--dsn`/`--cluster-file`, its dataset checked.
+fn external_cluster(plan: &Plan) -> Result<ExternalCluster, Error> {
+    let x = &plan.args.external;
+    let file = match &x.cluster_file {
+        Some(p) => Some(ClusterFile::read(p).map_err(|e| Error::Input(format!("--cluster-file: {e}")))?),
+        None => None,
     };
-    eprintln!("plbbench: starting a {k}-replica local PostgreSQL cluster (dataset scale {})", opts.scale);
-    LocalCluster::up(&opts).context("starting the local cluster").map_err(Error::Run)
+    let w = &plan.workload.dataset;
+    let c = ExternalCluster::open(&x.dsns, file, w.scale, w.seed, x.load_dataset).map_err(|e| match e {
+        crate::cluster::ExternalError::Input(m) => Error::Input(m),
+        other => Error::Run(anyhow::Error::new(other).context("opening the external cluster")),
+    })?;
+    if c.replicas() != plan.args.common.replicas {
+        return Err(Error::Input(format!("--replicas: the external cluster has {} replicas, not {}", c.replicas(), plan.args.common.replicas)));
+    }
+    Ok(c)
 }
 
 /// From now on SIGINT and SIGTERM set the returned flag instead of killing
@@ -102,20 +127,32 @@ pub fn catch_signals() -> Arc<AtomicBool> {
     flag
 }
 
-/// Runs the plan on real local PostgreSQL servers.
-pub fn run_local(plan: &Plan, collector: Collector) -> Result<(Collector, BackendOutcome), Error> {
+/// Runs the plan on a real cluster of the plan's backend (local, docker or
+/// external).
+pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, BackendOutcome), Error> {
     let interrupted = catch_signals();
     let metrics = match plan.args.metrics_addr {
         Some(addr) => Some(crate::live_metrics::bind(addr).map_err(|e| Error::Input(format!("--metrics-addr: cannot listen on {addr}: {e}")))?),
         None => None,
     };
-    let cluster = local_cluster(plan)?;
+    let cluster = match plan.args.common.cluster {
+        ClusterKind::External => Cluster::External(external_cluster(plan)?),
+        kind => match running(plan, kind)? {
+            Some(c) => c,
+            None => start(plan, kind)?,
+        },
+    };
     if interrupted.load(Ordering::SeqCst) {
         drop(cluster);
         return Err(Error::Run(anyhow::anyhow!("interrupted while the cluster was starting; it was removed and nothing was measured")));
     }
     let postgres_version = Some(cluster.pg_version());
     let cpu_budget_enforced = cluster.cpu_budget_enforced();
+    let cpu_verdict = (!cluster.cpu_available()).then(|| Verdict {
+        name: "replica cpu".into(),
+        ok: false,
+        detail: "unavailable: the external cluster file gives no `cpu` sampler command, so CPU figures are empty".into(),
+    });
     let cluster = Arc::new(Mutex::new(cluster));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -150,7 +187,10 @@ pub fn run_local(plan: &Plan, collector: Collector) -> Result<(Collector, Backen
         partial: out.partial,
         postgres_version,
         cpu_budget_enforced,
-        verdicts: vec![stop_verdict(overrun_s)].into_iter().chain(out.generator.as_ref().map(generator_verdict)).collect(),
+        verdicts: std::iter::once(stop_verdict(overrun_s))
+            .chain(out.generator.as_ref().map(generator_verdict))
+            .chain(cpu_verdict)
+            .collect(),
         interrupted_by: out.signal.map(String::from),
         stop_overrun_s: Some(overrun_s),
         generator: out.generator,
@@ -178,12 +218,12 @@ fn generator_verdict(g: &GeneratorReport) -> Verdict {
 
 /// Leaves a shared cluster as the run found it: every replica the schedule
 /// left down or paused is started or resumed.
-fn heal(cluster: &mut LocalCluster, plan: &Plan) {
+fn heal(cluster: &mut Cluster, plan: &Plan) {
     for r in 0..plan.args.common.replicas {
         let last = plan.faults.iter().filter(|e| e.replica == r).last().map(|e| e.action);
         let result = match last {
-            Some(crate::core::model::Action::Down) => cluster.restart(r),
-            Some(crate::core::model::Action::Pause) => cluster.resume(r),
+            Some(crate::core::model::Action::Down) => cluster.apply(r, Fault::Rejoin).map(drop),
+            Some(crate::core::model::Action::Pause) => cluster.apply(r, Fault::Resume).map(drop),
             _ => Ok(()),
         };
         if let Err(e) = result {

@@ -35,6 +35,27 @@ pub enum Command {
     Archive(crate::archive::ArchiveArgs),
     /// Raw generator speed against given servers: closed-loop maximum qps (or open loop at a Poisson rate) and latency percentiles.
     Bench(crate::bench::BenchArgs),
+    /// Build the docker backend's PostgreSQL image from Debian packages (no registry needed).
+    Image(ImageArgs),
+}
+
+/// `plbbench image`.
+#[derive(Debug, Args)]
+pub struct ImageArgs {
+    /// What to do with the image.
+    #[command(subcommand)]
+    pub action: ImageAction,
+}
+
+/// Image actions.
+#[derive(Debug, Subcommand)]
+pub enum ImageAction {
+    /// Build plbbench/postgres:15 (debootstrap + import through the Engine API) unless it is current.
+    Build {
+        /// Rebuild even when a current image exists.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 /// `plbbench calibrate`.
@@ -62,9 +83,9 @@ pub struct CalibrateArgs {
 pub enum ClusterKind {
     /// PostgreSQL servers started by plbbench on this machine.
     Local,
-    /// Containers through the Docker Engine API (not built yet).
+    /// Containers through the Docker Engine API (DOCKER_HOST is honoured).
     Docker,
-    /// An existing cluster given by DSNs (not built yet).
+    /// An existing cluster given by --dsn or --cluster-file.
     External,
     /// The discrete-event simulator.
     Sim,
@@ -139,9 +160,26 @@ pub struct RunArgs {
     /// Serve Prometheus metrics at this address during a real run (e.g. 127.0.0.1:9464).
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Where an external cluster is.
+    #[command(flatten)]
+    pub external: ExternalArgs,
     /// Settings shared with `plbbench experiment`.
     #[command(flatten)]
     pub common: CommonArgs,
+}
+
+/// `--cluster external`: where the replicas are and how to fault them.
+#[derive(Debug, Args, Clone, Default)]
+pub struct ExternalArgs {
+    /// libpq DSN of one replica, in order r1, r2, ... (repeat the flag; before the cluster file's).
+    #[arg(long = "dsn", value_name = "DSN")]
+    pub dsns: Vec<String>,
+    /// Cluster file (TOML): `dsns` and per-action fault commands (see the README).
+    #[arg(long, value_name = "FILE")]
+    pub cluster_file: Option<PathBuf>,
+    /// Load the dataset on every external replica instead of only checking it.
+    #[arg(long)]
+    pub load_dataset: bool,
 }
 
 /// Settings shared by `run` and `experiment`.
@@ -218,7 +256,47 @@ pub enum ClusterAction {
     /// Show each replica's port, pid, health and CPU budget.
     Status(ClusterSelect),
     /// Stop and remove everything the cluster used.
-    Down(ClusterSelect),
+    Down(ClusterDownArgs),
+    /// Apply one fault to one replica of the running cluster (down, rejoin, pause, resume, slow=C, partition, heal).
+    Fault(ClusterFaultArgs),
+    /// Print one replica's cumulative CPU seconds (a sampler for external cluster files).
+    Cpu(ClusterReplicaArgs),
+}
+
+/// `plbbench cluster down`.
+#[derive(Debug, Args)]
+pub struct ClusterDownArgs {
+    /// Backend.
+    #[arg(long, value_enum, default_value = "local")]
+    pub backend: ClusterKind,
+    /// docker: remove every container, network, volume and data image with plbbench's labels, not only this cluster's.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// `plbbench cluster fault`.
+#[derive(Debug, Args)]
+pub struct ClusterFaultArgs {
+    /// The fault: down, rejoin, pause, resume, slow=CORES, partition, heal.
+    #[arg(value_name = "FAULT")]
+    pub fault: String,
+    /// Replica r1..rK.
+    #[arg(value_name = "REPLICA")]
+    pub replica: String,
+    /// Backend.
+    #[arg(long, value_enum, default_value = "local")]
+    pub backend: ClusterKind,
+}
+
+/// `plbbench cluster cpu`.
+#[derive(Debug, Args)]
+pub struct ClusterReplicaArgs {
+    /// Replica r1..rK.
+    #[arg(value_name = "REPLICA")]
+    pub replica: String,
+    /// Backend.
+    #[arg(long, value_enum, default_value = "local")]
+    pub backend: ClusterKind,
 }
 
 /// `plbbench cluster up`.
@@ -233,6 +311,9 @@ pub struct ClusterUpArgs {
     /// CPU budget per replica in cores.
     #[arg(long, default_value_t = 0.3, value_name = "C")]
     pub cpus: f64,
+    /// docker: memory limit per container in MiB.
+    #[arg(long, default_value_t = 1024, value_name = "MIB")]
+    pub memory_mib: u64,
     /// Workload whose dataset to load [default: built-in analytics].
     #[arg(long, value_name = "FILE")]
     pub workload: Option<PathBuf>,

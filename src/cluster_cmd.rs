@@ -1,71 +1,126 @@
-//! `plbbench cluster up|status|down` and `plbbench calibrate`: the user-facing
-//! commands over the local backend. `up` leaves the cluster running for later
-//! runs; `calibrate` measures each query template's CPU cost on one replica,
-//! which is what the simulator's `cpu_ms` and the workload's think time are
-//! calibrated from, and then the replica's throughput under its CPU quota
-//! with the `bench` machinery (a check of the first method: at saturation,
-//! qps x cost should be about the quota).
+//! `plbbench cluster up|status|down|fault|cpu`, `plbbench image build` and
+//! `plbbench calibrate`: the user-facing commands over the local and docker
+//! backends. `up` leaves the cluster running for later runs; `fault` and
+//! `cpu` act on it (they also serve as an external cluster file's
+//! commands); `calibrate` measures each query template's CPU cost on one
+//! replica, which is what the simulator's `cpu_ms` and the workload's think
+//! time are calibrated from, and then the replica's throughput under its CPU
+//! quota with the `bench` machinery (a check of the first method: at
+//! saturation, qps x cost should be about the quota).
 
-use crate::cli::{CalibrateArgs, ClusterAction, ClusterArgs, ClusterKind};
+use crate::cli::{CalibrateArgs, ClusterAction, ClusterArgs, ClusterKind, ClusterUpArgs, ImageAction, ImageArgs};
+use crate::cluster::docker::{self, DockerCluster, DockerOptions};
 use crate::cluster::local::{default_state_dir, LocalCluster, LocalOptions};
-use crate::core::model::Class;
+use crate::cluster::{Cluster, Fault};
+use crate::core::model::{parse_replica, Class};
 use crate::driver::{execute, prepare};
 use crate::error::{input, Error};
 use crate::plan::load_workload;
 use anyhow::Context;
 use std::time::Instant;
 
-fn local_only(kind: ClusterKind) -> Result<(), Error> {
+fn provisioned(kind: ClusterKind) -> Result<(), Error> {
     match kind {
-        ClusterKind::Local => Ok(()),
-        other => Err(input("--backend", format!("the `{}` backend is not available yet; use local", other.name()))),
+        ClusterKind::Local | ClusterKind::Docker => Ok(()),
+        other => Err(input("--backend", format!("`{}` clusters are not provisioned by plbbench; use local or docker", other.name()))),
     }
 }
 
-/// Runs a `cluster` action.
-pub fn cluster(args: ClusterArgs) -> Result<(), Error> {
-    let dir = default_state_dir();
-    match args.action {
-        ClusterAction::Up(a) => {
-            local_only(a.backend)?;
-            if a.replicas == 0 {
-                return Err(input("--replicas", "must be at least 1"));
-            }
-            if !(a.cpus.is_finite() && a.cpus > 0.0) {
-                return Err(input("--cpus", format!("must be a positive number of cores, got {}", a.cpus)));
-            }
-            let w = load_workload(a.workload.as_deref())?;
+/// The cluster that `cluster up --backend KIND` left running, if any.
+pub fn running(kind: ClusterKind) -> Result<Option<Cluster>, Error> {
+    provisioned(kind)?;
+    Ok(match kind {
+        ClusterKind::Docker => DockerCluster::load(&docker::default_state_dir()).context("reading the docker cluster state")?.map(Cluster::Docker),
+        _ => LocalCluster::load(&default_state_dir()).context("reading the cluster state")?.map(Cluster::Local),
+    })
+}
+
+/// `plbbench image build`.
+pub fn image(args: ImageArgs) -> Result<(), Error> {
+    let ImageAction::Build { force } = args.action;
+    let b = docker::build_image(force).context("image build")?;
+    let mib = b.size as f64 / (1u64 << 20) as f64;
+    if b.reused {
+        eprintln!("plbbench: {} is current ({mib:.0} MiB); --force rebuilds it", crate::cluster::docker_image::IMAGE);
+    } else {
+        eprintln!("plbbench: built {} in {:.0} s ({mib:.0} MiB)", crate::cluster::docker_image::IMAGE, b.seconds);
+    }
+    println!("{}", b.id);
+    Ok(())
+}
+
+fn up(a: ClusterUpArgs) -> Result<(), Error> {
+    provisioned(a.backend)?;
+    if a.replicas == 0 {
+        return Err(input("--replicas", "must be at least 1"));
+    }
+    if !(a.cpus.is_finite() && a.cpus > 0.0) {
+        return Err(input("--cpus", format!("must be a positive number of cores, got {}", a.cpus)));
+    }
+    let w = load_workload(a.workload.as_deref())?;
+    let started = Instant::now();
+    let interrupted = crate::backend::catch_signals();
+    let mut c = match a.backend {
+        ClusterKind::Docker => {
+            let opts = DockerOptions {
+                replicas: a.replicas,
+                cpus: a.cpus,
+                memory_mib: a.memory_mib,
+                scale: w.dataset.scale,
+                seed: w.dataset.seed,
+                ..DockerOptions::default()
+            };
+            let c = DockerCluster::up(&opts).context("cluster up")?;
+            let t: Vec<String> = c.up_timings().iter().map(|(k, v)| format!("{k} {v:.1} s")).collect();
+            eprintln!("plbbench: docker cluster {} ({})", c.id(), t.join(", "));
+            Cluster::Docker(c)
+        }
+        _ => {
             let opts = LocalOptions {
                 replicas: a.replicas,
                 cpus: a.cpus,
-                state_dir: dir,
+                state_dir: default_state_dir(),
                 scale: w.dataset.scale,
                 seed: w.dataset.seed,
                 ..LocalOptions::default()
             };
-            let started = Instant::now();
-            let interrupted = crate::backend::catch_signals();
-            let mut c = LocalCluster::up(&opts).context("cluster up")?;
-            if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
-                drop(c);
-                return Err(Error::Run(anyhow::anyhow!("interrupted while the cluster was starting; it was removed")));
-            }
-            c.set_persistent(true).context("saving the cluster state")?;
-            if !c.cpu_budget_enforced() {
-                eprintln!("plbbench: warning: cgroups are not writable here; the CPU budget is not enforced");
-            }
-            eprintln!("plbbench: {} replicas up in {:.1} s ({})", c.replicas(), started.elapsed().as_secs_f64(), c.pg_version());
-            for r in 0..c.replicas() {
-                println!("{}", c.dsn(r));
-            }
-            Ok(())
+            Cluster::Local(LocalCluster::up(&opts).context("cluster up")?)
         }
-        ClusterAction::Status(s) => {
-            local_only(s.backend)?;
-            let Some(c) = LocalCluster::load(&dir).context("reading the cluster state")? else {
-                println!("no local cluster is running");
-                return Ok(());
-            };
+    };
+    if !interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+        c.set_persistent(true).context("saving the cluster state")?;
+    }
+    if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+        drop(c);
+        return Err(Error::Run(anyhow::anyhow!("interrupted while the cluster was starting; it was removed")));
+    }
+    if !c.cpu_budget_enforced() {
+        eprintln!("plbbench: warning: cgroups are not writable here; the CPU budget is not enforced");
+    }
+    eprintln!("plbbench: {} replicas up in {:.1} s ({})", c.replicas(), started.elapsed().as_secs_f64(), c.pg_version());
+    for r in 0..c.replicas() {
+        match &c {
+            Cluster::Docker(d) => println!("{}", d.dsn(r)),
+            Cluster::Local(l) => println!("{}", l.dsn(r)),
+            Cluster::External(_) => {}
+        }
+    }
+    Ok(())
+}
+
+fn status(kind: ClusterKind) -> Result<(), Error> {
+    let Some(c) = running(kind)? else {
+        println!("no {} cluster is running", kind.name());
+        return Ok(());
+    };
+    match c {
+        Cluster::Docker(d) => {
+            println!("replica  port   container                  state    cpus");
+            for (r, st) in d.states().into_iter().enumerate() {
+                println!("{:<8} {:<6} {:<26} {:<8} {:.2}", format!("r{}", r + 1), d.port(r), d.container(r), st, d.cpus(r));
+            }
+        }
+        Cluster::Local(c) => {
             println!("replica  port   pid      health   cpu_budget");
             for s in c.status() {
                 let health = if s.paused { "paused" } else if s.healthy { "healthy" } else { "down" };
@@ -73,17 +128,72 @@ pub fn cluster(args: ClusterArgs) -> Result<(), Error> {
                 let cpus = if c.cpu_budget_enforced() { format!("{:.2}", s.cpus) } else { "unenforced".into() };
                 println!("{:<8} {:<6} {:<8} {:<8} {}", s.name, s.port, pid, health, cpus);
             }
+        }
+        Cluster::External(_) => {}
+    }
+    Ok(())
+}
+
+fn down(kind: ClusterKind, all: bool) -> Result<(), Error> {
+    provisioned(kind)?;
+    if kind == ClusterKind::Docker {
+        let dir = docker::default_state_dir();
+        if all {
+            let n = docker::remove_all().context("cluster down --all")?;
+            crate::cluster::DockerCluster::cleanup_stale(&dir).context("cleaning the docker state")?;
+            eprintln!("plbbench: removed {n} docker objects with plbbench's labels");
+            return Ok(());
+        }
+        match DockerCluster::load(&dir).context("reading the docker cluster state")? {
+            Some(c) => c.down().context("cluster down")?,
+            None => {
+                DockerCluster::cleanup_stale(&dir).context("cleaning a stale docker cluster")?;
+            }
+        }
+        eprintln!("plbbench: docker cluster removed");
+        return Ok(());
+    }
+    if all {
+        return Err(input("--all", "only the docker backend has objects outside plbbench's state directory"));
+    }
+    let dir = default_state_dir();
+    match LocalCluster::load(&dir).context("reading the cluster state")? {
+        Some(c) => c.down().context("cluster down")?,
+        None => {
+            LocalCluster::cleanup_stale(&dir).context("cleaning a stale cluster")?;
+        }
+    }
+    eprintln!("plbbench: local cluster removed");
+    Ok(())
+}
+
+/// Runs a `cluster` action.
+pub fn cluster(args: ClusterArgs) -> Result<(), Error> {
+    match args.action {
+        ClusterAction::Up(a) => up(a),
+        ClusterAction::Status(s) => status(s.backend),
+        ClusterAction::Down(s) => down(s.backend, s.all),
+        ClusterAction::Fault(a) => {
+            let fault = Fault::parse(&a.fault).map_err(|e| input("FAULT", e))?;
+            let mut c = running(a.backend)?.ok_or_else(|| input("--backend", format!("no {} cluster is running", a.backend.name())))?;
+            let r = parse_replica(&a.replica, c.replicas()).map_err(|e| input("REPLICA", e))?;
+            let t0 = Instant::now();
+            c.apply(r, fault).with_context(|| format!("{fault} of r{}", r + 1))?;
+            eprintln!("plbbench: {fault} of r{} applied in {:.2} s", r + 1, t0.elapsed().as_secs_f64());
             Ok(())
         }
-        ClusterAction::Down(s) => {
-            local_only(s.backend)?;
-            match LocalCluster::load(&dir).context("reading the cluster state")? {
-                Some(c) => c.down().context("cluster down")?,
-                None => {
-                    LocalCluster::cleanup_stale(&dir).context("cleaning a stale cluster")?;
+        ClusterAction::Cpu(a) => {
+            let c = running(a.backend)?.ok_or_else(|| input("--backend", format!("no {} cluster is running", a.backend.name())))?;
+            let r = parse_replica(&a.replica, c.replicas()).map_err(|e| input("REPLICA", e))?;
+            let secs = match &c {
+                Cluster::Docker(d) => {
+                    // A fresh reading, not the poller's (which has only just started).
+                    d.cpu_now(r).context("reading the stats")?.map(|ns| ns as f64 / 1e9)
                 }
-            }
-            eprintln!("plbbench: local cluster removed");
+                other => other.cpu_seconds(r),
+            };
+            let secs = secs.ok_or_else(|| Error::Run(anyhow::anyhow!("no CPU accounting for r{}", r + 1)))?;
+            println!("{secs:.3}");
             Ok(())
         }
     }

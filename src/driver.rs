@@ -19,13 +19,13 @@
 //! tears the cluster down; sessions open at the end are counted in flight,
 //! and a dropped query is never recorded.
 
-use crate::cluster::LocalCluster;
+use crate::cluster::Cluster;
 use crate::core::admission::{self, Decision, Gate};
-use crate::live_metrics::{self, LiveMetrics};
 use crate::core::degradation::Load;
+use crate::live_metrics::{self, LiveMetrics};
 use crate::core::detect::{Detector, Probe};
 use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
-use crate::core::model::{Action, Class, FaultEvent, ReplicaId};
+use crate::core::model::{Class, FaultEvent, ReplicaId};
 use crate::core::router::Router;
 use crate::core::saturation::{GeneratorLoad, GeneratorReport};
 use crate::core::schedule::Client;
@@ -270,7 +270,7 @@ async fn wait_until(ctx: &Ctx, t: Instant) -> bool {
 
 /// Runs the sessions against `cluster` until the planned end (or a signal,
 /// see the module doc).
-pub async fn run(input: DriverInput, cluster: Arc<Mutex<LocalCluster>>, collector: Collector) -> (Collector, DriverOutcome) {
+pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Collector) -> (Collector, DriverOutcome) {
     let mut signals = Signals::new();
     let k = input.router.config().replicas;
     let configs = {
@@ -675,7 +675,7 @@ pub async fn execute(
 
 /// Applies the fault schedule at its times (blocking cluster calls run on
 /// the blocking pool); with the oracle the router is told at once.
-async fn inject(ctx: Arc<Ctx>, cluster: Arc<Mutex<LocalCluster>>, faults: Vec<FaultEvent>, oracle: bool) {
+async fn inject(ctx: Arc<Ctx>, cluster: Arc<Mutex<Cluster>>, faults: Vec<FaultEvent>, oracle: bool) {
     for f in faults {
         if !wait_until(&ctx, ctx.at(f.t_s)).await {
             return;
@@ -683,16 +683,12 @@ async fn inject(ctx: Arc<Ctx>, cluster: Arc<Mutex<LocalCluster>>, faults: Vec<Fa
         let c = cluster.clone();
         let result = tokio::task::spawn_blocking(move || {
             let mut c = c.lock().expect("cluster lock");
-            match f.action {
-                Action::Down => c.kill(f.replica),
-                Action::Rejoin => c.restart(f.replica),
-                Action::Pause => c.pause(f.replica),
-                Action::Resume => c.resume(f.replica),
-            }
+            c.apply(f.replica, f.action.into())
         })
         .await;
         let detail = match result {
-            Ok(Ok(())) => f.action.to_string(),
+            Ok(Ok(note)) if note.is_empty() => f.action.to_string(),
+            Ok(Ok(note)) => format!("{} ({note})", f.action),
             Ok(Err(e)) => format!("{} failed: {e}", f.action),
             Err(e) => format!("{} failed: {e}", f.action),
         };
@@ -755,7 +751,7 @@ async fn check(cfg: &Config, client: &mut Option<tokio_postgres::Client>) -> Res
 
 /// The view of every replica now: CPU (skipped while a fault action holds
 /// the cluster), router role and sessions, real up state.
-fn snapshot(ctx: &Ctx, cluster: &Mutex<LocalCluster>) -> Vec<ReplicaSample> {
+fn snapshot(ctx: &Ctx, cluster: &Mutex<Cluster>) -> Vec<ReplicaSample> {
     let k = ctx.configs.len();
     let cpu: Vec<Option<f64>> = match cluster.try_lock() {
         Ok(c) => (0..k).map(|r| c.cpu_seconds(r)).collect(),
@@ -781,7 +777,7 @@ fn generator_sample(ctx: &Ctx, replicas: &[ReplicaSample]) {
 }
 
 /// Once per second, and once more at the end so the last phase has its CPU.
-async fn sample(ctx: Arc<Ctx>, cluster: Arc<Mutex<LocalCluster>>, bar: indicatif::ProgressBar, cpus: f64) {
+async fn sample(ctx: Arc<Ctx>, cluster: Arc<Mutex<Cluster>>, bar: indicatif::ProgressBar, cpus: f64) {
     let mut t = 0.0;
     let mut last: Option<(f64, Vec<Option<f64>>)> = None;
     loop {

@@ -696,7 +696,7 @@ mod tests {
             (&["--repeat", "0"], "--repeat: must be at least 1"),
             (&["--T", "0"], "--T:"),
             (&["--reference", "1,1,1"], "--reference:"),
-            (&["--cluster", "docker"], "--cluster:"),
+            (&["--cluster", "external"], "--dsn:"),
         ];
         for (args, want) in cases {
             match grid(&parse(args), Path::new("/nonexistent/exp")) {

@@ -49,6 +49,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Compare(args) => compare::compare(args),
         Command::Archive(args) => archive::archive(args),
         Command::Bench(args) => bench::bench(args),
+        Command::Image(args) => cluster_cmd::image(args),
     }
 }
 

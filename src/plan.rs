@@ -183,8 +183,13 @@ impl Plan {
         if args.metrics_addr.is_some() && args.common.cluster == ClusterKind::Sim {
             return Err(input("--metrics-addr", "the simulator runs in virtual time; serve metrics from a real run"));
         }
-        if matches!(args.common.cluster, ClusterKind::Docker | ClusterKind::External) {
-            return Err(input("--cluster", format!("the `{}` backend is not available yet; use local or sim", args.common.cluster.name())));
+        let x = &args.external;
+        let external = args.common.cluster == ClusterKind::External;
+        if external && x.dsns.is_empty() && x.cluster_file.is_none() {
+            return Err(input("--dsn", "`--cluster external` needs --dsn (once per replica) or --cluster-file"));
+        }
+        if !external && (!x.dsns.is_empty() || x.cluster_file.is_some() || x.load_dataset) {
+            return Err(input("--dsn", "--dsn, --cluster-file and --load-dataset need `--cluster external`"));
         }
         Ok(Plan { args, premium_pct, workload, faults_name, faults, phases, router, ramp_s, duration_s, out })
     }

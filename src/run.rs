@@ -50,8 +50,7 @@ pub fn execute(plan: &Plan) -> Result<RunOutput, Error> {
     let collector = Collector::new(plan.phases.clone(), plan.args.common.replicas, plan.args.common.cpus, plan.args.common.raw);
     let (collector, outcome) = match plan.args.common.cluster {
         ClusterKind::Sim => backend::run_sim(plan, collector),
-        ClusterKind::Local => backend::run_local(plan, collector)?,
-        other => return Err(Error::Input(format!("--cluster: the `{}` backend is not available yet", other.name()))),
+        ClusterKind::Local | ClusterKind::Docker | ClusterKind::External => backend::run_real(plan, collector)?,
     };
     conclude(plan, collector, outcome, started, clock)
 }

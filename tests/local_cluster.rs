@@ -39,21 +39,9 @@ fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
 }
 
-/// Connects with `dsn` and runs `sql`, returning the first column as text;
-/// `Err("timeout")` when it takes longer than `limit`.
+/// [`common::query`] with a DSN.
 async fn query(dsn: &str, sql: &str, limit: Duration) -> Result<String, String> {
-    let work = async {
-        let (client, conn) = tokio_postgres::connect(dsn, tokio_postgres::NoTls).await.map_err(|e| e.to_string())?;
-        tokio::spawn(conn);
-        let rows = client.simple_query(sql).await.map_err(|e| e.to_string())?;
-        rows.into_iter()
-            .find_map(|m| match m {
-                tokio_postgres::SimpleQueryMessage::Row(r) => Some(r.get(0).unwrap_or("").to_string()),
-                _ => None,
-            })
-            .ok_or_else(|| "no row".to_string())
-    };
-    tokio::time::timeout(limit, work).await.map_err(|_| "timeout".to_string())?
+    common::query(&dsn.parse().map_err(|e: tokio_postgres::Error| e.to_string())?, sql, limit).await
 }
 
 /// Processes whose command line mentions `dir`, found independently of

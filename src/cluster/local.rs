@@ -524,3 +524,4 @@ mod server;
 #[path = "local_state.rs"]
 mod state;
 use state::{make_private_dir, pick_ports, prepare_state_dir};
+pub(crate) use server::server_conf;

@@ -17,7 +17,7 @@ use super::*;
 /// Settings appended to every server's `postgresql.conf`: small and fast
 /// for a benchmark whose data is read-only and disposable. One query uses
 /// one core, as in the simulator.
-fn server_conf(max_connections: u32, password_encryption: &str) -> String {
+pub(crate) fn server_conf(max_connections: u32, password_encryption: &str) -> String {
     format!(
         "\n# --- plbbench local backend ---\n\
          listen_addresses = '127.0.0.1'\n\

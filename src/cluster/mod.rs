@@ -1,13 +1,15 @@
 //! Cluster backends: where the replicas that plbbench measures come from and
 //! how faults are injected into them (design.md §6).
 //!
-//! This module owns the `local` backend's provisioning and fault primitives:
-//! [`local::LocalCluster`] starts K PostgreSQL servers from the machine's
-//! binaries, each on its own loopback port and in its own CPU-limited cgroup,
-//! and kills, restarts, pauses, resumes and throttles them. The submodules
-//! keep the pieces small and separately testable:
+//! [`Cluster`] is the seam the run driver, `plbbench run` and `plbbench
+//! cluster` talk to: a closed enum over the three real backends, each with
+//! the same small surface (connection config, fault actions, cumulative CPU
+//! seconds). The submodules keep the pieces small and separately testable:
 //!
-//! - [`local`]: the cluster's lifecycle, state file and fault actions;
+//! - [`local`]: K servers from the machine's binaries, cgroup CPU quotas;
+//! - [`docker`]: K containers through the Docker Engine API (bollard), from
+//!   the image that [`docker_image`] builds from Debian packages;
+//! - [`external`]: an existing cluster given by DSNs, faults by user commands;
 //! - [`cgroup`]: CPU quota, CPU accounting and freezing through cgroup v1/v2;
 //! - [`pgbin`]: finding the PostgreSQL binaries and their version;
 //! - [`procs`]: spawning servers as the right user, signals, process trees;
@@ -16,10 +18,265 @@
 
 pub mod cgroup;
 pub mod dataset;
+pub mod docker;
+pub mod docker_image;
+mod docker_state;
+pub mod external;
 pub mod local;
 mod local_opts;
 pub mod pgbin;
 pub mod pgconn;
 pub mod procs;
 
+pub use docker::{DockerCluster, DockerError, DockerOptions};
+pub use external::{ExternalCluster, ExternalError};
 pub use local::{LocalCluster, LocalError, LocalOptions, ReplicaStatus};
+
+use crate::core::model::Action;
+use std::fmt;
+
+/// A fault that a backend can apply to one replica: the schedule's actions
+/// plus the ones only `plbbench cluster fault` issues so far.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Fault {
+    /// Fail-stop (local: SIGKILL; docker: kill).
+    Down,
+    /// Start again after a Down.
+    Rejoin,
+    /// Freeze (local: cgroup freezer or SIGSTOP; docker: pause).
+    Pause,
+    /// Thaw after a Pause.
+    Resume,
+    /// Set the CPU budget to this many cores.
+    Slow(f64),
+    /// Cut the replica off the network (docker: network disconnect).
+    Partition,
+    /// Reconnect after a Partition.
+    Heal,
+}
+
+impl From<Action> for Fault {
+    fn from(a: Action) -> Fault {
+        match a {
+            Action::Down => Fault::Down,
+            Action::Rejoin => Fault::Rejoin,
+            Action::Pause => Fault::Pause,
+            Action::Resume => Fault::Resume,
+        }
+    }
+}
+
+impl Fault {
+    /// Parses `down|rejoin|pause|resume|partition|heal|slow=CORES`.
+    pub fn parse(s: &str) -> Result<Fault, String> {
+        let lower = s.trim().to_ascii_lowercase();
+        if let Some(c) = lower.strip_prefix("slow=") {
+            return match c.parse::<f64>() {
+                Ok(v) if v.is_finite() && v > 0.0 => Ok(Fault::Slow(v)),
+                _ => Err(format!("`{s}`: slow needs a positive number of cores, e.g. slow=0.1")),
+            };
+        }
+        Ok(match lower.as_str() {
+            "down" => Fault::Down,
+            "rejoin" => Fault::Rejoin,
+            "pause" => Fault::Pause,
+            "resume" => Fault::Resume,
+            "partition" => Fault::Partition,
+            "heal" => Fault::Heal,
+            _ => return Err(format!("`{s}` is not a fault (down, rejoin, pause, resume, slow=CORES, partition, heal)")),
+        })
+    }
+
+    /// Lowercase name used in cluster files (`down`, `slow`, ...).
+    pub fn key(self) -> &'static str {
+        match self {
+            Fault::Down => "down",
+            Fault::Rejoin => "rejoin",
+            Fault::Pause => "pause",
+            Fault::Resume => "resume",
+            Fault::Slow(_) => "slow",
+            Fault::Partition => "partition",
+            Fault::Heal => "heal",
+        }
+    }
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fault::Slow(c) => write!(f, "Slow {c} cores"),
+            other => {
+                let k = other.key();
+                write!(f, "{}{}", k[..1].to_ascii_uppercase(), &k[1..])
+            }
+        }
+    }
+}
+
+/// A backend operation failed; carries the backend's own error.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// From the local backend.
+    #[error(transparent)]
+    Local(#[from] LocalError),
+    /// From the docker backend.
+    #[error(transparent)]
+    Docker(#[from] DockerError),
+    /// From the external backend.
+    #[error(transparent)]
+    External(#[from] ExternalError),
+    /// The backend has no way to apply this fault.
+    #[error("the {backend} backend cannot apply {fault}")]
+    Unsupported {
+        /// Backend name.
+        backend: &'static str,
+        /// The fault.
+        fault: String,
+    },
+}
+
+/// A running cluster of any real backend.
+#[derive(Debug)]
+pub enum Cluster {
+    /// Servers on this machine.
+    Local(LocalCluster),
+    /// Containers through the Docker Engine API.
+    Docker(DockerCluster),
+    /// An existing cluster given by DSNs.
+    External(ExternalCluster),
+}
+
+impl Cluster {
+    /// Backend name as on the command line.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Cluster::Local(_) => "local",
+            Cluster::Docker(_) => "docker",
+            Cluster::External(_) => "external",
+        }
+    }
+
+    /// Number of replicas K.
+    pub fn replicas(&self) -> usize {
+        match self {
+            Cluster::Local(c) => c.replicas(),
+            Cluster::Docker(c) => c.replicas(),
+            Cluster::External(c) => c.replicas(),
+        }
+    }
+
+    /// Connection config of replica `r` (0-based). Panics when out of range.
+    pub fn config(&self, r: usize) -> tokio_postgres::Config {
+        match self {
+            Cluster::Local(c) => c.config(r),
+            Cluster::Docker(c) => c.config(r),
+            Cluster::External(c) => c.config(r),
+        }
+    }
+
+    /// Applies `fault` to replica `r`; returns a note for events.csv (the
+    /// external backend's command output), empty when there is nothing to add.
+    pub fn apply(&mut self, r: usize, fault: Fault) -> Result<String, ClusterError> {
+        let unsupported = |b: &'static str| ClusterError::Unsupported { backend: b, fault: fault.to_string() };
+        match self {
+            Cluster::Local(c) => {
+                match fault {
+                    Fault::Down => c.kill(r)?,
+                    Fault::Rejoin => c.restart(r)?,
+                    Fault::Pause => c.pause(r)?,
+                    Fault::Resume => c.resume(r)?,
+                    Fault::Slow(cpus) => c.set_cpus(r, cpus)?,
+                    Fault::Partition | Fault::Heal => return Err(unsupported("local")),
+                }
+                Ok(String::new())
+            }
+            Cluster::Docker(c) => {
+                c.apply(r, fault)?;
+                Ok(String::new())
+            }
+            Cluster::External(c) => Ok(c.apply(r, fault)?),
+        }
+    }
+
+    /// Cumulative CPU seconds of replica `r`, when the backend measures it.
+    /// Never blocks on the network (the docker backend answers from its
+    /// stats poller), so the driver may call it from an async task.
+    pub fn cpu_seconds(&self, r: usize) -> Option<f64> {
+        match self {
+            Cluster::Local(c) => c.cpu_seconds(r),
+            Cluster::Docker(c) => c.cpu_seconds(r),
+            Cluster::External(c) => c.cpu_seconds(r),
+        }
+    }
+
+    /// Server version of the replicas.
+    pub fn pg_version(&self) -> String {
+        match self {
+            Cluster::Local(c) => c.pg_version(),
+            Cluster::Docker(c) => c.pg_version(),
+            Cluster::External(c) => c.pg_version(),
+        }
+    }
+
+    /// Whether the CPU budget C is enforced (cgroups, Docker NanoCPUs).
+    pub fn cpu_budget_enforced(&self) -> bool {
+        match self {
+            Cluster::Local(c) => c.cpu_budget_enforced(),
+            Cluster::Docker(_) => true,
+            Cluster::External(_) => false,
+        }
+    }
+
+    /// Whether dropping this value leaves the cluster running.
+    pub fn is_persistent(&self) -> bool {
+        match self {
+            Cluster::Local(c) => c.is_persistent(),
+            Cluster::Docker(c) => c.is_persistent(),
+            Cluster::External(_) => true,
+        }
+    }
+
+    /// Keeps the cluster running after plbbench exits (`cluster up`), or
+    /// not; saved in its state. The external backend never stops anything.
+    pub fn set_persistent(&mut self, persistent: bool) -> Result<(), ClusterError> {
+        match self {
+            Cluster::Local(c) => Ok(c.set_persistent(persistent)?),
+            Cluster::Docker(c) => Ok(c.set_persistent(persistent)?),
+            Cluster::External(_) => Ok(()),
+        }
+    }
+
+    /// Whether the backend samples CPU at all (external: only with a sampler).
+    pub fn cpu_available(&self) -> bool {
+        match self {
+            Cluster::External(c) => c.has_sampler(),
+            _ => true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn faults_parse_and_display() {
+        for (s, want) in [
+            ("down", Fault::Down),
+            ("Rejoin", Fault::Rejoin),
+            ("pause", Fault::Pause),
+            ("resume", Fault::Resume),
+            ("slow=0.1", Fault::Slow(0.1)),
+            ("partition", Fault::Partition),
+            ("heal", Fault::Heal),
+        ] {
+            assert_eq!(Fault::parse(s).unwrap(), want, "{s}");
+        }
+        for bad in ["", "slow", "slow=0", "slow=-1", "slow=x", "kill"] {
+            assert!(Fault::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(Fault::Down.to_string(), "Down");
+        assert_eq!(Fault::Slow(0.1).to_string(), "Slow 0.1 cores");
+        assert_eq!(Fault::from(Action::Resume), Fault::Resume);
+    }
+}

@@ -107,17 +107,26 @@ impl<'a> Running<'a> {
     /// Starts `plbbench run --cluster local --faults FAULTS` in `sb` with
     /// `args` added.
     pub fn start(sb: &'a Sandbox, faults: &str, args: &[&str]) -> Running<'a> {
-        Running::start_env(sb, faults, args, &[])
+        Running::start_on(sb, "local", faults, args)
     }
 
     /// [`Running::start`] with extra environment variables.
     pub fn start_env(sb: &'a Sandbox, faults: &str, args: &[&str], env: &[(&str, &str)]) -> Running<'a> {
+        Running::start_with(sb, "local", faults, args, env)
+    }
+
+    /// [`Running::start`] on another backend (`docker`, `external`).
+    pub fn start_on(sb: &'a Sandbox, cluster: &str, faults: &str, args: &[&str]) -> Running<'a> {
+        Running::start_with(sb, cluster, faults, args, &[])
+    }
+
+    fn start_with(sb: &'a Sandbox, cluster: &str, faults: &str, args: &[&str], env: &[(&str, &str)]) -> Running<'a> {
         let file = |n: &str| Stdio::from(std::fs::File::create(sb.root.join(n)).unwrap());
         let child = Command::new(env!("CARGO_BIN_EXE_plbbench"))
             .args([
                 "run",
                 "--cluster",
-                "local",
+                cluster,
                 "--strategy",
                 "plb",
                 "-q",
