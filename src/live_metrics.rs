@@ -174,15 +174,7 @@ mod tests {
 
     #[test]
     fn encodes_mode_transitions_rejections_and_router_gauges() {
-        let mut router = Router::new(RouterConfig {
-            strategy: Strategy::Plb,
-            replicas: 2,
-            reference: [1, 0, 1],
-            split: (1, 1),
-            theta: 10,
-            alpha: 0.7,
-            mixed_bounded: false,
-        });
+        let mut router = Router::new(RouterConfig::for_tests(Strategy::Plb, [1, 0, 1]));
         let knobs = DegradationKnobs { queue_capacity: 1, min_mode_duration_s: Some(0.0), ..Default::default() };
         let mut gate = Gate::new(knobs, 1.0, 10);
         router.admit(Class::P);

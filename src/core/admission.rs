@@ -187,15 +187,7 @@ mod tests {
     use crate::core::router::{RouterConfig, Strategy};
 
     fn router() -> Router {
-        Router::new(RouterConfig {
-            strategy: Strategy::Rr,
-            replicas: 2,
-            reference: [1, 0, 1],
-            split: (1, 1),
-            theta: 10,
-            alpha: 0.7,
-            mixed_bounded: false,
-        })
+        Router::new(RouterConfig::for_tests(Strategy::Rr, [1, 0, 1]))
     }
 
     fn gate() -> Gate {

@@ -63,6 +63,16 @@ pub struct RouterConfig {
     pub mixed_bounded: bool,
 }
 
+impl RouterConfig {
+    /// Test settings: `strategy` over `reference` (K = its sum), rr-split
+    /// halves, theta 10, alpha 0.7.
+    #[cfg(test)]
+    pub(crate) fn for_tests(strategy: Strategy, reference: RoleVector) -> RouterConfig {
+        let k = reference.iter().sum();
+        RouterConfig { strategy, replicas: k, reference, split: (k - k / 2, k / 2), theta: 10, alpha: 0.7, mixed_bounded: false }
+    }
+}
+
 /// A role change to log in events.csv.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RoleChange {
@@ -376,7 +386,7 @@ mod tests {
     use super::*;
 
     fn router(strategy: Strategy) -> Router {
-        Router::new(RouterConfig { strategy, replicas: 5, reference: [2, 1, 2], split: (3, 2), theta: 10, alpha: 0.7, mixed_bounded: false })
+        Router::new(RouterConfig::for_tests(strategy, [2, 1, 2]))
     }
 
     #[test]

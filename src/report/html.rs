@@ -56,6 +56,8 @@ struct Page {
     charts: Vec<ChartView>,
     cpu: CpuTable,
     events: Vec<EventView>,
+    /// The recovery ledger, one entry per Down or Pause (issue 9).
+    recovery: Vec<crate::core::recovery::Entry>,
     accounting: Vec<AccountView>,
     verdicts: Vec<Verdict>,
 }
@@ -270,6 +272,7 @@ impl Page {
             phases: groups,
             charts: chart_views(s, m, phases, &names, &frame)?,
             events: event_views(events),
+            recovery: s.recovery.clone(),
             accounting: accounting(&s.accounting, phases),
             verdicts: s.verdicts.clone(),
         })
@@ -719,7 +722,18 @@ mod tests {
             wall_s: 3.25,
             interrupted_by: None,
             stop_overrun_s: None,
-            recovery: Vec::new(),
+            recovery: vec![crate::core::recovery::Entry {
+                replica: "r1".into(),
+                action: "Down".into(),
+                at_s: 90.0,
+                ended_s: Some(150.0),
+                detect_s: Some(0.25),
+                isolate_s: Some(0.25),
+                accepts_again_s: Some(60.5),
+                premium_p95_back_s: Some(63.0),
+                freemium_p95_back_s: None,
+                backlog_drained_s: Some(61.0),
+            }],
             generator: None,
         };
         (summary, metrics)
@@ -744,6 +758,17 @@ mod tests {
         // Charts use the class colours (plotters writes upper-case hex).
         let upper = html.to_uppercase();
         assert!(upper.contains("#1F77B4") && upper.contains("#FF7F0E"));
+    }
+
+    #[test]
+    fn recovery_ledger_has_a_row_per_fault_and_marks_what_never_recovered() {
+        let html = page(false);
+        let ledger = &html[html.find(r#"id="recovery""#).expect("ledger section")..];
+        let ledger = &ledger[..ledger.find("</section>").unwrap()];
+        assert_eq!(ledger.matches("<tr class=\"ledger\"").count(), 1, "{ledger}");
+        for cell in ["r1", "Down", "90", "150", "0.25", "60.5", "63", "61", "not within the run"] {
+            assert!(ledger.contains(cell), "missing {cell} in {ledger}");
+        }
     }
 
     #[test]
