@@ -502,7 +502,6 @@ impl Sim<'_, '_> {
     }
 
     fn apply_health(&mut self, r: ReplicaId, t: Transition) {
-        let cfg = self.input.health.unwrap_or_default();
         self.col.event(self.now, "health", Some(r), format!("{}->{} ({})", t.from, t.to, t.reason));
         let routable = t.to != Health::Isolated;
         if self.input.router.is_healthy(r) != routable {
@@ -510,7 +509,7 @@ impl Sim<'_, '_> {
             let how = if routable { "up (health)" } else { "down (health)" };
             self.col.event(self.now, "detect", Some(r), how.to_string());
         }
-        self.input.router.set_share(r, cfg.share(t.to));
+        self.input.router.set_share(r, self.machines[r].share());
         self.role_events();
     }
 

@@ -91,7 +91,7 @@ pub struct HealthConfig {
 impl Default for HealthConfig {
     fn default() -> Self {
         HealthConfig {
-            timeouts_to_isolate: 3,
+            timeouts_to_isolate: super::detect::TIMEOUTS_TO_DOWN,
             slow_fraction: 0.5,
             slow_to_degrade: 5,
             fast_to_clear: 3,
