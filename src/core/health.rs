@@ -6,11 +6,11 @@
 //! may send to the replica:
 //!
 //! ```text
-//!            timeout / conn error / slow            slow x N
+//!      probe timeout / slow / slow connect      slow x N
 //!  HEALTHY ─────────────────────────────▶ SUSPECT ──────────▶ DEGRADED
 //!     ▲  ▲        fast answers x M          │  ▲   fast x M      │
 //!     │  └──────────────────────────────────┘  └─────────────────┘
-//!     │                                     │ timeouts x T or refused (any state)
+//!     │                                     │ probe timeouts x T or refused (any state)
 //!     │  stability window with no failure   ▼
 //!  RECOVERING ◀───────── probe answers ── ISOLATED
 //! ```
@@ -180,7 +180,8 @@ pub struct HealthMachine {
 enum Signal {
     Gone,
     Timeout,
-    Slow,
+    /// Slow, and why (`slow answer`, `slow to connect`).
+    Slow(&'static str),
     Fast,
 }
 
@@ -203,9 +204,14 @@ impl HealthMachine {
     fn classify(&self, ev: Evidence) -> Signal {
         match ev {
             Evidence::Refused => Signal::Gone,
-            Evidence::ProbeTimeout | Evidence::ConnError => Signal::Timeout,
+            Evidence::ProbeTimeout => Signal::Timeout,
+            // Many clients time out at once on a busy replica: a burst of
+            // them is one overload, not several missed heartbeats, so only
+            // the prober's own timeouts (one observer, one per interval)
+            // count toward isolation.
+            Evidence::ConnError => Signal::Slow("slow to connect"),
             Evidence::ProbeOk { .. } => Signal::Fast,
-            Evidence::Query { ms, budget_ms } if ms > budget_ms * self.cfg.slow_fraction => Signal::Slow,
+            Evidence::Query { ms, budget_ms } if ms > budget_ms * self.cfg.slow_fraction => Signal::Slow("slow answer"),
             Evidence::Query { .. } => Signal::Fast,
         }
     }
@@ -213,6 +219,11 @@ impl HealthMachine {
     /// Folds in one piece of evidence seen at `now_s`; returns the
     /// transition it caused, if any.
     pub fn observe(&mut self, now_s: f64, ev: Evidence) -> Option<Transition> {
+        if self.state == Health::Isolated && !matches!(ev, Evidence::ProbeOk { .. }) {
+            // Only the prober readmits: a query of a session opened before
+            // the isolation finishing fast says little about new ones.
+            return None;
+        }
         let signal = self.classify(ev);
         self.count(signal);
         let next = self.next(signal, now_s);
@@ -232,10 +243,11 @@ impl HealthMachine {
                 self.timeouts += 1;
                 self.fast = 0;
             }
-            Signal::Slow => {
+            Signal::Slow(_) => {
+                // Slowness neither proves nor disproves a hang: probe
+                // timeouts in a row stay counted.
                 self.slow += 1;
                 self.fast = 0;
-                self.timeouts = 0;
             }
             Signal::Fast => {
                 self.fast += 1;
@@ -256,8 +268,8 @@ impl HealthMachine {
             (Recovering, Signal::Timeout) => Some((Isolated, "failed on probation")),
             (Recovering, _) => (now_s - self.since_s >= c.stability_window_s).then_some((Healthy, "stability window passed")),
             (Healthy, Signal::Timeout) => Some((Suspect, "timeout")),
-            (Healthy, Signal::Slow) => Some((Suspect, "slow answer")),
-            (Suspect, Signal::Slow) if self.slow >= c.slow_to_degrade => Some((Degraded, "slow answers in a row")),
+            (Healthy, Signal::Slow(why)) => Some((Suspect, why)),
+            (Suspect, Signal::Slow(_)) if self.slow >= c.slow_to_degrade => Some((Degraded, "slow answers in a row")),
             (Suspect, Signal::Fast) if self.fast >= c.fast_to_clear => Some((Healthy, "fast answers in a row")),
             (Degraded, Signal::Fast) if self.fast >= c.fast_to_clear => Some((Suspect, "fast answers in a row")),
             _ => None,
@@ -353,8 +365,20 @@ mod tests {
         let mut m = HealthMachine::new(HealthConfig::default());
         m.observe(0.0, Evidence::Refused);
         m.observe(1.0, Evidence::ProbeOk { ms: 1.0 });
-        assert_eq!(m.observe(2.0, Evidence::ConnError).map(|t| t.to), Some(Isolated));
+        assert_eq!(m.observe(2.0, Evidence::Refused).map(|t| t.to), Some(Isolated));
         assert_eq!(m.observe(3.0, Evidence::ProbeTimeout), None, "already isolated");
+        assert_eq!(m.observe(4.0, fast()), None, "only a probe readmits");
+        assert_eq!(m.observe(5.0, Evidence::ProbeOk { ms: 1.0 }).map(|t| t.to), Some(Recovering));
+        assert_eq!(m.observe(6.0, Evidence::ProbeTimeout).map(|t| t.to), Some(Isolated), "a timeout fails probation");
+    }
+
+    #[test]
+    fn a_burst_of_client_connect_timeouts_demotes_but_never_isolates() {
+        let mut m = HealthMachine::new(HealthConfig::default());
+        let path = feed(&mut m, 0.0, Evidence::ConnError, 50);
+        assert_eq!(path, [Suspect, Degraded]);
+        let t = m.observe(10.0, Evidence::ProbeTimeout);
+        assert_eq!(t, None, "one probe timeout is not three");
     }
 
     #[test]
