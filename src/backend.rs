@@ -194,7 +194,7 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
     drop(runtime);
     let mut cluster = Arc::try_unwrap(cluster).ok().expect("no task holds the cluster").into_inner().expect("lock");
     if cluster.is_persistent() {
-        heal(&mut cluster, plan);
+        heal(&mut cluster, plan, out.interrupted_s);
     }
     drop(cluster);
     let outcome = BackendOutcome {
@@ -231,18 +231,15 @@ fn generator_verdict(g: &GeneratorReport) -> Verdict {
     Verdict { name: "generator not saturated".into(), ok: !g.saturated, detail: g.detail() }
 }
 
-/// Leaves a shared cluster as the run found it: every replica the schedule
-/// left down or paused is started or resumed.
-fn heal(cluster: &mut Cluster, plan: &Plan) {
-    for r in 0..plan.args.common.replicas {
-        let last = plan.faults.iter().filter(|e| e.replica == r).last().map(|e| e.action);
-        let result = match last {
-            Some(crate::core::model::Action::Down) => cluster.apply(r, Fault::Rejoin).map(drop),
-            Some(crate::core::model::Action::Pause) => cluster.apply(r, Fault::Resume).map(drop),
-            _ => Ok(()),
-        };
-        if let Err(e) = result {
-            eprintln!("plbbench: warning: could not restore r{}: {e}", r + 1);
+/// Leaves a shared cluster as the run found it: every fault the schedule
+/// left open (up to the signal, when interrupted) is ended, the latest first:
+/// a down replica is started, a paused one resumed, a partitioned one healed
+/// and a slow one given its full budget C back.
+fn heal(cluster: &mut Cluster, plan: &Plan, until_s: Option<f64>) {
+    let applied: Vec<_> = plan.faults.iter().filter(|e| until_s.is_none_or(|t| e.t_s <= t)).copied().collect();
+    for (r, a) in crate::core::faults::undo(&applied, plan.args.common.replicas) {
+        if let Err(e) = cluster.apply(r, Fault::of(a, plan.args.common.cpus)) {
+            eprintln!("plbbench: warning: could not restore r{} ({a}): {e}", r + 1);
         }
     }
 }

@@ -145,7 +145,7 @@ pub struct RunArgs {
     /// Premium:Freemium client mix in percent, summing to 100.
     #[arg(long, default_value = "25:75", value_name = "P:F", allow_hyphen_values = true)]
     pub mix: String,
-    /// Fault preset (premium-fault, cascade, none) or a fault schedule file [default: the workload's, premium-fault].
+    /// Fault preset (premium-fault, cascade, gray-pause, slow-replica, flapping, none) or a fault schedule file [default: the workload's, premium-fault].
     #[arg(long, value_name = "PRESET|FILE")]
     pub faults: Option<String>,
     /// Run folder [default: reports/<utc-timestamp>-<strategy>-<mix>-<cluster>].

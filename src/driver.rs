@@ -19,13 +19,14 @@
 //! tears the cluster down; sessions open at the end are counted in flight,
 //! and a dropped query is never recorded.
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Fault};
 use crate::core::admission::{self, Decision, Gate};
 use crate::core::degradation::Load;
 use crate::live_metrics::{self, LiveMetrics};
 use crate::core::health::Evidence;
 use crate::core::watch::Watch;
 use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
+use crate::core::faults::Open;
 use crate::core::model::{Class, FaultEvent, ReplicaId};
 use crate::core::router::Router;
 use crate::core::saturation::{GeneratorLoad, GeneratorReport};
@@ -81,7 +82,8 @@ pub struct DriverInput {
     pub faults: Vec<FaultEvent>,
     /// Run length, seconds.
     pub duration_s: f64,
-    /// CPU budget per replica (cores), for the utilisation the gate sees.
+    /// CPU budget per replica C (cores): the base of the utilisation the
+    /// gate sees and of a Slow's fraction (Restore gives back exactly C).
     pub cpus: f64,
     /// Probe interval; `None`: no probes (oracle detection).
     pub probe_interval: Option<Duration>,
@@ -321,7 +323,7 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
     let clients: Vec<_> = input.clients.into_iter().enumerate().map(|(i, c)| tokio::spawn(client(ctx.clone(), i as u32, c))).collect();
     let admitter = ctx.gate.is_some().then(|| tokio::spawn(admit_waiting(ctx.clone())));
     let mut clients = tokio::spawn(join_clients(clients));
-    let injector = tokio::spawn(inject(ctx.clone(), cluster.clone(), input.faults));
+    let injector = tokio::spawn(inject(ctx.clone(), cluster.clone(), input.faults, input.cpus));
     let prober = input.probe_interval.map(|i| tokio::spawn(probe(ctx.clone(), i)));
     let bar = progress_bar(input.progress, input.duration_s);
     let sampler = tokio::spawn(sample(ctx.clone(), cluster, bar.clone(), input.cpus));
@@ -701,29 +703,42 @@ pub async fn execute(
 }
 
 /// Applies the fault schedule at its times (blocking cluster calls run on
-/// the blocking pool); with the oracle the router is told at once.
-async fn inject(ctx: Arc<Ctx>, cluster: Arc<Mutex<Cluster>>, faults: Vec<FaultEvent>) {
+/// the blocking pool); a Slow's fraction is of the budget `cpus`. The real
+/// up state follows the replica's open faults (a slow replica is up); with
+/// the oracle the router is told when it changes.
+async fn inject(ctx: Arc<Ctx>, cluster: Arc<Mutex<Cluster>>, faults: Vec<FaultEvent>, cpus: f64) {
+    let mut open = vec![Open::default(); ctx.configs.len()];
     for f in faults {
         if !wait_until(&ctx, ctx.at(f.t_s)).await {
             return;
         }
         let c = cluster.clone();
+        let fault = Fault::of(f.action, cpus);
         let result = tokio::task::spawn_blocking(move || {
             let mut c = c.lock().expect("cluster lock");
-            c.apply(f.replica, f.action.into())
+            c.apply(f.replica, fault)
         })
         .await;
-        let detail = match result {
-            Ok(Ok(note)) if note.is_empty() => f.action.to_string(),
-            Ok(Ok(note)) => format!("{} ({note})", f.action),
-            Ok(Err(e)) => format!("{} failed: {e}", f.action),
-            Err(e) => format!("{} failed: {e}", f.action),
+        let what = match fault {
+            Fault::Slow(c) => format!("{} ({c:.3} cores)", f.action),
+            _ => f.action.to_string(),
         };
-        ctx.actual_up[f.replica].store(f.action.leaves_up(), Ordering::SeqCst);
+        let detail = match result {
+            Ok(Ok(note)) if note.is_empty() => what,
+            Ok(Ok(note)) => format!("{what} ({note})"),
+            Ok(Err(e)) => format!("{what} failed: {e}"),
+            Err(e) => format!("{what} failed: {e}"),
+        };
+        let was_up = open[f.replica].survivor();
+        let _ = open[f.replica].apply(f.action);
+        let up = open[f.replica].survivor();
+        ctx.actual_up[f.replica].store(up, Ordering::SeqCst);
         ctx.send(Msg::Event(f.t_s, "fault", Some(f.replica), detail));
-        let mut router = ctx.router.lock().expect("router lock");
-        let notes = ctx.watch.lock().expect("watch lock").told(&mut router, f.replica, f.action.leaves_up(), ctx.now(), "oracle");
-        ctx.log(&mut router, notes);
+        if up != was_up {
+            let mut router = ctx.router.lock().expect("router lock");
+            let notes = ctx.watch.lock().expect("watch lock").told(&mut router, f.replica, up, ctx.now(), "oracle");
+            ctx.log(&mut router, notes);
+        }
     }
 }
 

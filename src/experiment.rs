@@ -43,7 +43,7 @@ pub struct ExperimentArgs {
     #[arg(long, value_delimiter = ',', default_value = "25:75,50:50,75:25", hide_default_value = true)]
     #[arg(value_name = "P:F,..", allow_hyphen_values = true)]
     pub mixes: Vec<String>,
-    /// Fault presets (premium-fault, cascade, none) or schedule files, comma-separated [default: premium-fault,cascade].
+    /// Fault presets (premium-fault, cascade, gray-pause, slow-replica, flapping, none) or schedule files, comma-separated [default: premium-fault,cascade].
     #[arg(long, value_delimiter = ',', default_value = "premium-fault,cascade", hide_default_value = true, value_name = "LIST")]
     pub faults: Vec<String>,
     /// Admission layers to compare, comma-separated (none, modes) [default: none].

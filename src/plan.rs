@@ -7,7 +7,7 @@ use crate::cli::{ClusterKind, Detection, RunArgs};
 use crate::core::router::Strategy;
 use crate::core::watch::Recovery;
 use crate::core::faults::{self, Timeline};
-use crate::core::model::FaultEvent;
+use crate::core::model::{Action, FaultEvent};
 use crate::core::phases::{self, Phase};
 use crate::core::roles::RoleVector;
 use crate::core::router::RouterConfig;
@@ -156,6 +156,9 @@ impl Plan {
             duration_s: workload.run.duration_s,
         };
         let events = faults::parse(&text, timeline).map_err(|e| input("--faults", format!("{faults_name}: {e}")))?;
+        if args.common.cluster == ClusterKind::Local {
+            refuse_partition_on_local(&faults_name, &events)?;
+        }
         let x = args.common.time_scale;
         let faults = faults::scaled(&events, x);
         let (ramp_s, duration_s) = (workload.arrival.ramp_s * x, workload.run.duration_s * x);
@@ -196,12 +199,39 @@ impl Plan {
         Ok(Plan { args, premium_pct, workload, faults_name, faults, phases, router, ramp_s, duration_s, out })
     }
 
-    /// Whether replica `r` is up throughout `phase` per the fault schedule.
+    /// Whether replica `r` is up throughout `phase` per the fault schedule
+    /// (a slow replica is up; a down, paused or partitioned one is not).
     pub fn up_during(&self, phase: &Phase, r: usize) -> bool {
-        let mut up = true;
-        for e in self.faults.iter().filter(|e| e.replica == r && e.t_s <= phase.start_s) {
-            up = e.action.leaves_up();
-        }
-        up
+        let before: Vec<FaultEvent> = self.faults.iter().filter(|e| e.t_s <= phase.start_s).copied().collect();
+        faults::replay(&before, self.args.common.replicas).get(r).is_none_or(|o| o.survivor())
+    }
+}
+
+/// The local backend has no network of its own to cut: a schedule that
+/// partitions a replica is refused before anything starts.
+fn refuse_partition_on_local(name: &str, events: &[FaultEvent]) -> Result<(), Error> {
+    match events.iter().position(|e| matches!(e.action, Action::Partition | Action::Heal)) {
+        Some(i) => Err(input(
+            "--faults",
+            format!("{name}: event[{i}]: the local backend cannot partition a replica (use --cluster docker, external or sim)"),
+        )),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_refuses_a_partition_naming_the_event() {
+        let ev = |t_s, action| FaultEvent { t_s, replica: 0, action };
+        let ok = [ev(1.0, Action::Slow(0.5)), ev(2.0, Action::Restore), ev(3.0, Action::Pause)];
+        assert!(refuse_partition_on_local("x", &ok).is_ok());
+        let cut = [ev(1.0, Action::Slow(0.5)), ev(2.0, Action::Partition), ev(3.0, Action::Heal)];
+        let e = refuse_partition_on_local("cut.toml", &cut).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        let msg = e.to_string();
+        assert!(msg.starts_with("--faults: cut.toml: event[1]: the local backend cannot partition"), "{msg}");
     }
 }

@@ -1,8 +1,9 @@
 //! The `sim` cluster backend (design.md §6): a discrete-event simulation of
-//! K replicas as processor-sharing servers of C cores each, driven by the
-//! same client scripts, router and collector as real runs. Virtual time, no
-//! I/O, deterministic for a seed: events at equal times run in insertion
-//! order and every random draw comes from a client's own generator.
+//! K replicas as processor-sharing servers of C cores each (a Slow one has
+//! its fraction of C; a paused or partitioned one makes no progress), driven
+//! by the same client scripts, router and collector as real runs. Virtual
+//! time, no I/O, deterministic for a seed: events at equal times run in
+//! insertion order and every random draw comes from a client's own generator.
 
 use crate::core::admission::{Decision, Gate};
 use crate::core::degradation::Load;
@@ -60,6 +61,10 @@ enum Ev {
 struct Server {
     up: bool,
     paused: bool,
+    /// Partitioned: alive, but its connections hang (modelled as no progress).
+    partitioned: bool,
+    /// Fraction of the budget C the server has (1 unless Slow).
+    share: f64,
     v: f64,
     last_t: f64,
     cpu_s: f64,
@@ -69,19 +74,29 @@ struct Server {
 }
 
 impl Server {
+    fn new() -> Server {
+        Server { up: true, paused: false, partitioned: false, share: 1.0, v: 0.0, last_t: 0.0, cpu_s: 0.0, n: 0, jobs: BinaryHeap::new(), epoch: 0 }
+    }
+
+    /// Whether its clients see no progress (paused or partitioned).
+    fn stalled(&self) -> bool {
+        self.paused || self.partitioned
+    }
+
+    /// Per-job rate with budget `cpus`: `min(1, cpus * share / n)`.
     fn rate(&self, cpus: f64) -> f64 {
-        if self.paused || self.n == 0 {
+        if self.stalled() || self.n == 0 {
             0.0
         } else {
-            (cpus / self.n as f64).min(1.0)
+            (cpus * self.share / self.n as f64).min(1.0)
         }
     }
 
     fn advance(&mut self, t: f64, cpus: f64) {
         let dt = t - self.last_t;
-        if dt > 0.0 && !self.paused {
+        if dt > 0.0 && !self.stalled() {
             self.v += dt * self.rate(cpus);
-            self.cpu_s += dt * (self.n as f64).min(cpus);
+            self.cpu_s += dt * (self.n as f64).min(cpus * self.share);
         }
         self.last_t = t;
     }
@@ -128,7 +143,7 @@ fn key(t: f64) -> u64 {
 pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
     let k = input.router.config().replicas;
     let servers = (0..k)
-        .map(|_| Server { up: true, paused: false, v: 0.0, last_t: 0.0, cpu_s: 0.0, n: 0, jobs: BinaryHeap::new(), epoch: 0 })
+        .map(|_| Server::new())
         .collect();
     let scripts = std::mem::take(&mut input.clients);
     let clients = scripts
@@ -225,7 +240,7 @@ impl Sim<'_, '_> {
                 let s = &mut self.servers[r];
                 s.advance(now, cpus);
                 ReplicaSample {
-                    up: s.up && !s.paused,
+                    up: s.up && !s.stalled(),
                     role: self.input.router.role(r),
                     active: self.input.router.active(r),
                     cpu_s: Some(s.cpu_s),
@@ -528,12 +543,15 @@ impl Sim<'_, '_> {
             Action::Down => self.kill(r),
             Action::Rejoin => self.servers[r].up = true,
             Action::Pause => self.servers[r].paused = true,
-            Action::Resume => {
-                self.servers[r].paused = false;
-                self.reschedule(r);
-            }
+            Action::Resume => self.servers[r].paused = false,
+            Action::Slow(f) => self.servers[r].share = f,
+            Action::Restore => self.servers[r].share = 1.0,
+            Action::Partition => self.servers[r].partitioned = true,
+            Action::Heal => self.servers[r].partitioned = false,
         }
-        let healthy = self.servers[r].up && !self.servers[r].paused;
+        // The rate changed: the pending completion, if any, is stale.
+        self.reschedule(r);
+        let healthy = self.servers[r].up && !self.servers[r].stalled();
         let notes = self.input.watch.told(&mut self.input.router, r, healthy, self.now, "oracle");
         self.log(notes);
     }
@@ -561,13 +579,13 @@ impl Sim<'_, '_> {
     }
 
     /// Health probes: each replica's real state is observed once per
-    /// interval; a dead one refuses, a paused one times out (removed only
-    /// after consecutive timeouts, as in real runs); then time passes for
-    /// the watch (probation windows end).
+    /// interval; a dead one refuses, a paused or partitioned one times out
+    /// (removed only after consecutive timeouts, as in real runs); then
+    /// time passes for the watch (probation windows end).
     fn probe(&mut self) {
         for r in 0..self.servers.len() {
             let s = &self.servers[r];
-            let seen = match (s.up, s.paused) {
+            let seen = match (s.up, s.stalled()) {
                 (false, _) => Evidence::Refused,
                 (true, true) => Evidence::ProbeTimeout,
                 (true, false) => Evidence::ProbeOk { ms: 0.0 },

@@ -7,7 +7,12 @@
 //! nothing left behind. The same run checks that its servers listen on
 //! loopback only and that the password appears in no output.
 //!
-//! Needs PostgreSQL (see tests/common); about 1 minute.
+//! A second run slows r4 to a fifth of its CPU budget (cgroup quota) and
+//! restores it: its CPU use falls far below the others' and comes back. A
+//! schedule that partitions a replica is refused on the local backend
+//! before anything starts.
+//!
+//! Needs PostgreSQL (see tests/common); about 1 minute per run.
 
 mod common;
 use common::have_postgres;
@@ -104,6 +109,75 @@ fn a_paused_replica_never_hangs_the_run_and_secrets_stay_secret() {
             .as_deref()
             .expect("password seen in the state file"),
     );
+}
+
+/// r4 (a Freemium replica under PLB, busy at T=1000) keeps 0.2 of its
+/// budget from 12 s to 21 s of a 30 s run.
+const SLOW_R4: &str = "[[event]]\nt_s = 120\nreplica = \"r4\"\naction = \"slow\"\nfraction = 0.2\n\
+                       [[event]]\nt_s = 210\nreplica = \"r4\"\naction = \"restore\"\n";
+
+/// Mean `cpu_fraction` of `replica` over the seconds in `[from, to)`.
+fn cpu_mean(f: &Folder, replica: &str, from: f64, to: f64) -> f64 {
+    let v: Vec<f64> = f
+        .replicas
+        .iter()
+        .filter(|r| r["replica"] == replica && (from..to).contains(&num(r, "t_s")) && !r["cpu_fraction"].is_empty())
+        .map(|r| num(r, "cpu_fraction"))
+        .collect();
+    assert!(!v.is_empty(), "no CPU samples of {replica} in [{from}, {to})");
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+#[test]
+fn a_slow_replica_runs_on_its_fraction_of_the_budget_until_restore() {
+    if !have_postgres() {
+        return;
+    }
+    let _one = serial();
+    let sb = Sandbox::new("slow");
+    let faults = sb.root.join("slow.toml");
+    std::fs::write(&faults, SLOW_R4).unwrap();
+    let mut run = Running::start(&sb, faults.to_str().unwrap(), &["--time-scale", "0.1", "--raw"]);
+    let status = run.finish(RUN_LIMIT);
+    assert!(status.success(), "run failed ({status}):\n{}", sb.stderr());
+    let f = Folder::read(&sb.out());
+    let faults = f.events_of("fault", "r4");
+    let details: Vec<&str> = faults.iter().map(|(_, d)| d.as_str()).collect();
+    assert_eq!(details, ["Slow 0.2 (0.060 cores)", "Restore (0.300 cores)"], "{:?}", f.events);
+    let enforced = f.summary["environment"]["cpu_budget_enforced"].as_bool().unwrap();
+    if enforced {
+        // Slow at 12 s, Restore at 21 s; the first second of each window
+        // is left out (the sample spans the change).
+        let before = cpu_mean(&f, "r4", 7.0, 12.0);
+        let during = cpu_mean(&f, "r4", 13.0, 21.0);
+        let after = cpu_mean(&f, "r4", 22.0, 30.0);
+        let others = ["r3", "r5"].map(|r| cpu_mean(&f, r, 13.0, 21.0));
+        eprintln!("r4 cpu fraction: before {before:.3}, slow {during:.3}, after {after:.3}; r3, r5 while r4 slow: {others:?}");
+        assert!(during <= 0.2 * 1.15, "r4 used {during:.3} of C under a 0.2 quota");
+        assert!(before > 2.0 * during && after > 2.0 * during, "r4: {before:.3} before, {during:.3} slow, {after:.3} after");
+        assert!(others.iter().all(|o| *o > 2.0 * during), "r3, r5 {others:?} vs slow r4 {during:.3}");
+    }
+    let phases: Vec<&str> = f.phases.iter().map(|r| r["phase"].as_str()).collect();
+    assert!(phases.contains(&"slow1") && phases.contains(&"restore1"), "{phases:?}");
+    assert!(f.phases.iter().all(|r| r["survivors"] == "5"), "a slow replica is a survivor");
+    assert_consistent(&f);
+    assert_cleaned_up(&sb, &run.seen, enforced);
+}
+
+#[test]
+fn local_refuses_a_partition_before_anything_starts() {
+    // Serial all the same: were the check to slip, a run would start.
+    let _one = serial();
+    let sb = Sandbox::new("partition");
+    let faults = sb.root.join("partition.toml");
+    std::fs::write(&faults, "[[event]]\nt_s = 120\nreplica = \"r2\"\naction = \"partition\"\n").unwrap();
+    let mut run = Running::start(&sb, faults.to_str().unwrap(), &["--time-scale", "0.1"]);
+    let status = run.finish(std::time::Duration::from_secs(30));
+    assert_eq!(status.code(), Some(2), "{}", sb.stderr());
+    let err = sb.stderr();
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("--faults") && err.contains("event[0]") && err.contains("cannot partition"), "{err}");
+    assert!(!sb.run_dir().exists() && !sb.out().exists(), "something started or was written");
 }
 
 /// The password is in none of the run folder's files, nor stdout/stderr.

@@ -35,8 +35,8 @@ pub use local::{LocalCluster, LocalError, LocalOptions, ReplicaStatus};
 use crate::core::model::Action;
 use std::fmt;
 
-/// A fault that a backend can apply to one replica: the schedule's actions
-/// plus the ones only `plbbench cluster fault` issues so far.
+/// A fault that a backend can apply to one replica: what a schedule's
+/// actions become ([`Fault::of`]) and what `plbbench cluster fault` issues.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Fault {
     /// Fail-stop (local: SIGKILL; docker: kill).
@@ -55,13 +55,20 @@ pub enum Fault {
     Heal,
 }
 
-impl From<Action> for Fault {
-    fn from(a: Action) -> Fault {
+impl Fault {
+    /// The backend fault for a schedule action in a run whose CPU budget is
+    /// `cpus` cores per replica: `Slow(f)` cuts the budget to `f * cpus`,
+    /// `Restore` gives back exactly `cpus`.
+    pub fn of(a: Action, cpus: f64) -> Fault {
         match a {
             Action::Down => Fault::Down,
             Action::Rejoin => Fault::Rejoin,
             Action::Pause => Fault::Pause,
             Action::Resume => Fault::Resume,
+            Action::Slow(f) => Fault::Slow(f * cpus),
+            Action::Restore => Fault::Slow(cpus),
+            Action::Partition => Fault::Partition,
+            Action::Heal => Fault::Heal,
         }
     }
 }
@@ -277,6 +284,9 @@ mod tests {
         }
         assert_eq!(Fault::Down.to_string(), "Down");
         assert_eq!(Fault::Slow(0.1).to_string(), "Slow 0.1 cores");
-        assert_eq!(Fault::from(Action::Resume), Fault::Resume);
+        assert_eq!(Fault::of(Action::Resume, 0.3), Fault::Resume);
+        assert_eq!(Fault::of(Action::Slow(0.25), 0.4), Fault::Slow(0.1));
+        assert_eq!(Fault::of(Action::Restore, 0.3), Fault::Slow(0.3), "restore gives back exactly C");
+        assert_eq!(Fault::of(Action::Heal, 0.3), Fault::Heal);
     }
 }

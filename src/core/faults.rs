@@ -1,13 +1,15 @@
 //! Fault schedules (design.md §1, §3): the built-in presets and schedule
 //! files, parsed from `&str` with the same parser, validated against the
-//! replica count and the run's timeline, then time-scaled.
+//! replica count and the run's timeline, then time-scaled. [`Open`] is the
+//! one state machine of a replica's faults that validation, phase cutting
+//! and end-of-run cleanup share.
 
-use super::model::{parse_replica, Action, FaultEvent};
+use super::model::{parse_replica, Action, FaultEvent, ReplicaId};
 use super::workload::from_toml;
 use serde::Deserialize;
 
 /// Names of the built-in presets, for `--help` and errors.
-pub const PRESETS: [&str; 5] = ["premium-fault", "cascade", "gray-pause", "flapping", "none"];
+pub const PRESETS: [&str; 6] = ["premium-fault", "cascade", "gray-pause", "slow-replica", "flapping", "none"];
 
 /// The TOML text of a preset, or `None` if `name` is not one.
 pub fn preset(name: &str) -> Option<&'static str> {
@@ -28,6 +30,11 @@ pub fn preset(name: &str) -> Option<&'static str> {
             "# Gray failure: a Premium replica stays alive but makes no progress.\n\
              [[event]]\nt_s = 120\nreplica = \"r1\"\naction = \"pause\"\n\
              [[event]]\nt_s = 210\nreplica = \"r1\"\naction = \"resume\"\n",
+        ),
+        "slow-replica" => Some(
+            "# Gray failure: a Premium replica keeps a quarter of its CPU budget.\n\
+             [[event]]\nt_s = 120\nreplica = \"r1\"\naction = \"slow\"\nfraction = 0.25\n\
+             [[event]]\nt_s = 210\nreplica = \"r1\"\naction = \"restore\"\n",
         ),
         "flapping" => Some(
             "# A Premium replica that fails and returns three times.\n\
@@ -55,7 +62,117 @@ struct File {
 struct RawEvent {
     t_s: f64,
     replica: String,
-    action: Action,
+    action: Kind,
+    /// Slow only: the fraction of the CPU budget C the replica keeps.
+    fraction: Option<f64>,
+}
+
+/// An action as a schedule file names it; Slow's fraction is a field of
+/// the event.
+#[derive(Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Kind {
+    Down,
+    Rejoin,
+    Pause,
+    Resume,
+    Slow,
+    Restore,
+    Partition,
+    Heal,
+}
+
+/// The action of a raw event: `Err((field, reason))` when `fraction` is
+/// missing or out of (0, 1) on a slow, or given on another action.
+fn action_of(kind: Kind, fraction: Option<f64>) -> Result<Action, (&'static str, String)> {
+    let plain = match kind {
+        Kind::Slow => {
+            return match fraction {
+                Some(f) if f.is_finite() && f > 0.0 && f < 1.0 => Ok(Action::Slow(f)),
+                Some(f) => Err(("fraction", format!("{f} is not a fraction of the CPU budget in (0, 1)"))),
+                None => Err(("fraction", "slow needs the fraction of the CPU budget it keeps, e.g. fraction = 0.25".into())),
+            }
+        }
+        Kind::Down => Action::Down,
+        Kind::Rejoin => Action::Rejoin,
+        Kind::Pause => Action::Pause,
+        Kind::Resume => Action::Resume,
+        Kind::Restore => Action::Restore,
+        Kind::Partition => Action::Partition,
+        Kind::Heal => Action::Heal,
+    };
+    match fraction {
+        Some(_) => Err(("fraction", format!("only slow takes a fraction, not {}", plain.phase_prefix()))),
+        None => Ok(plain),
+    }
+}
+
+/// The faults open on one replica, in the order they started: the state
+/// every fault action is checked against and applied to.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Open {
+    faults: Vec<Action>,
+}
+
+impl Open {
+    /// Applies `a`, or says why it cannot apply (the replica's state).
+    pub fn apply(&mut self, a: Action) -> Result<(), &'static str> {
+        let has = |p: fn(&Action) -> bool| self.faults.iter().any(p);
+        let down = has(|a| *a == Action::Down);
+        let paused = has(|a| *a == Action::Pause);
+        let slow = has(|a| matches!(a, Action::Slow(_)));
+        let cut = has(|a| *a == Action::Partition);
+        let refused = match a {
+            Action::Down if down => Some("the replica is already down"),
+            Action::Pause if paused || down => Some("the replica is paused or down"),
+            Action::Slow(_) if slow || down => Some("the replica is already slow or down"),
+            Action::Partition if cut || down => Some("the replica is partitioned or down"),
+            Action::Rejoin if !down => Some("no earlier Down"),
+            Action::Resume if !paused => Some("no earlier Pause"),
+            Action::Restore if !slow => Some("no earlier Slow"),
+            Action::Heal if !cut => Some("no earlier Partition"),
+            _ => None,
+        };
+        if let Some(why) = refused {
+            return Err(why);
+        }
+        match self.faults.iter().position(|f| f.ended_by() == Some(a)) {
+            Some(i) => {
+                self.faults.remove(i);
+            }
+            None => self.faults.push(a),
+        }
+        Ok(())
+    }
+
+    /// Whether the replica counts among the survivors K+: no fault open,
+    /// or only a Slow.
+    pub fn survivor(&self) -> bool {
+        self.faults.iter().all(|a| a.keeps_survivor())
+    }
+
+    /// The actions that end every open fault, the latest fault first.
+    pub fn undo(&self) -> Vec<Action> {
+        self.faults.iter().rev().filter_map(|a| a.ended_by()).collect()
+    }
+}
+
+/// Replays `events` (valid, in order) and returns each replica's open
+/// faults afterwards.
+pub fn replay(events: &[FaultEvent], replicas: usize) -> Vec<Open> {
+    let mut open = vec![Open::default(); replicas];
+    for e in events.iter().filter(|e| e.replica < replicas) {
+        // A validated schedule applies cleanly; an invalid step is skipped.
+        let _ = open[e.replica].apply(e.action);
+    }
+    open
+}
+
+/// The actions that put every replica back to normal after `events`,
+/// per replica the latest open fault first (end-of-run cleanup).
+pub fn undo(events: &[FaultEvent], replicas: usize) -> Vec<(ReplicaId, Action)> {
+    let open = replay(events, replicas);
+    open.iter().enumerate().flat_map(|(r, o)| o.undo().into_iter().map(move |a| (r, a))).collect()
 }
 
 /// A fault schedule problem.
@@ -95,8 +212,7 @@ pub fn parse(text: &str, tl: Timeline) -> Result<Vec<FaultEvent>, FaultError> {
         return Err(FaultError::Parse("the file is empty".into()));
     }
     let file: File = from_toml(text).map_err(FaultError::Parse)?;
-    let mut down = vec![false; tl.replicas];
-    let mut paused = vec![false; tl.replicas];
+    let mut open = vec![Open::default(); tl.replicas];
     let mut last_t = f64::NEG_INFINITY;
     let mut events = Vec::with_capacity(file.event.len());
     for (index, e) in file.event.into_iter().enumerate() {
@@ -119,18 +235,9 @@ pub fn parse(text: &str, tl: Timeline) -> Result<Vec<FaultEvent>, FaultError> {
         }
         last_t = e.t_s;
         let r = parse_replica(&e.replica, tl.replicas).map_err(|m| err("replica", m))?;
-        let state_err = |m: &str| err("action", format!("{} of {}: {m}", e.action, e.replica));
-        match e.action {
-            Action::Down if down[r] => return Err(state_err("the replica is already down")),
-            Action::Down => down[r] = true,
-            Action::Rejoin if !down[r] => return Err(state_err("no earlier Down")),
-            Action::Rejoin => down[r] = false,
-            Action::Pause if paused[r] || down[r] => return Err(state_err("the replica is paused or down")),
-            Action::Pause => paused[r] = true,
-            Action::Resume if !paused[r] => return Err(state_err("no earlier Pause")),
-            Action::Resume => paused[r] = false,
-        }
-        events.push(FaultEvent { t_s: e.t_s, replica: r, action: e.action });
+        let action = action_of(e.action, e.fraction).map_err(|(field, reason)| err(field, reason))?;
+        open[r].apply(action).map_err(|m| err("action", format!("{action} of {}: {m}", e.replica)))?;
+        events.push(FaultEvent { t_s: e.t_s, replica: r, action });
     }
     Ok(events)
 }
@@ -171,6 +278,64 @@ mod tests {
             let got = parse(text, TL).unwrap_err().to_string();
             assert!(got.contains(want), "{text:?}: {got}");
         }
+    }
+
+    fn one(action: &str, extra: &str) -> String {
+        format!("[[event]]\nt_s = 120\nreplica = \"r2\"\naction = \"{action}\"\n{extra}\n")
+    }
+
+    #[test]
+    fn slow_takes_a_fraction_and_restore_ends_it() {
+        let e = parse(preset("slow-replica").unwrap(), TL).unwrap();
+        assert_eq!(e[0], FaultEvent { t_s: 120.0, replica: 0, action: Action::Slow(0.25) });
+        assert_eq!(e[1], FaultEvent { t_s: 210.0, replica: 0, action: Action::Restore });
+        let text = one("partition", "") + "[[event]]\nt_s = 130\nreplica = \"r2\"\naction = \"heal\"\n";
+        let p = parse(&text, TL).unwrap();
+        assert_eq!((p[0].action, p[1].action), (Action::Partition, Action::Heal));
+    }
+
+    #[test]
+    fn bad_gray_faults_name_the_field() {
+        let then = |a: &str| format!("[[event]]\nt_s = 130\nreplica = \"r2\"\naction = \"{a}\"\n");
+        let cases = [
+            (one("slow", ""), "event[0].fraction: slow needs"),
+            (one("slow", "fraction = 1.0"), "event[0].fraction: 1 is not a fraction"),
+            (one("slow", "fraction = 0"), "event[0].fraction: 0 is not a fraction"),
+            (one("slow", "fraction = -0.5"), "event[0].fraction"),
+            (one("slow", "fraction = nan"), "event[0].fraction"),
+            (one("down", "fraction = 0.5"), "event[0].fraction: only slow takes a fraction"),
+            (one("restore", ""), "event[0].action: Restore of r2: no earlier Slow"),
+            (one("heal", ""), "event[0].action: Heal of r2: no earlier Partition"),
+            (one("slow", "fraction = 0.5") + &then("slow") + "fraction = 0.2\n", "event[1].action: Slow 0.2 of r2: the replica is already slow"),
+            (one("down", "") + &then("slow") + "fraction = 0.2\n", "event[1].action: Slow 0.2 of r2: the replica is already slow or down"),
+            (one("partition", "") + &then("partition"), "event[1].action: Partition of r2: the replica is partitioned"),
+            (one("down", "") + &then("partition"), "event[1].action"),
+            (one("slow", "fraction = 0.5") + &then("restore") + &then("restore"), "event[2].action: Restore of r2: no earlier Slow"),
+        ];
+        for (text, want) in cases {
+            let got = parse(&text, TL).unwrap_err().to_string();
+            assert!(got.contains(want), "{text:?}: {got}");
+            assert!(!got.contains('\n'), "one line: {got}");
+        }
+    }
+
+    #[test]
+    fn open_faults_count_survivors_and_undo_latest_first() {
+        let mut o = Open::default();
+        o.apply(Action::Slow(0.25)).unwrap();
+        assert!(o.survivor(), "a slow replica is a survivor");
+        o.apply(Action::Partition).unwrap();
+        assert!(!o.survivor(), "a partitioned one is not");
+        o.apply(Action::Pause).unwrap();
+        assert_eq!(o.undo(), vec![Action::Resume, Action::Heal, Action::Restore]);
+        o.apply(Action::Heal).unwrap();
+        o.apply(Action::Resume).unwrap();
+        assert!(o.survivor());
+        assert_eq!(o.undo(), vec![Action::Restore]);
+        let ev = |t_s, replica, action| FaultEvent { t_s, replica, action };
+        let events = [ev(1.0, 0, Action::Down), ev(2.0, 1, Action::Slow(0.5)), ev(3.0, 0, Action::Rejoin), ev(4.0, 2, Action::Partition)];
+        assert_eq!(undo(&events, 3), vec![(1, Action::Restore), (2, Action::Heal)]);
+        assert!(undo(&events[..3], 3).iter().all(|(r, _)| *r == 1), "r1 rejoined, nothing to undo there");
     }
 
     #[test]

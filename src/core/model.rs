@@ -115,7 +115,10 @@ impl fmt::Display for Role {
     }
 }
 
-/// What a fault event does to a replica (design.md §1).
+/// What a fault event does to a replica (design.md §1). Serialised in
+/// lowercase (`"down"`); Slow carries its fraction (`{"slow": 0.25}`).
+/// Schedule files name the action and give Slow's fraction as a field of
+/// its own (see `core::faults`).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Action {
@@ -127,12 +130,42 @@ pub enum Action {
     Pause,
     /// End of a pause.
     Resume,
+    /// Gray failure: the replica keeps this fraction, in (0, 1), of the
+    /// run's CPU budget C; it stays reachable and a survivor.
+    Slow(f64),
+    /// End of a Slow: the replica gets the full budget C again.
+    Restore,
+    /// Gray failure: the replica is cut off the network; its connections
+    /// hang. Not a survivor while it lasts, like a Pause.
+    Partition,
+    /// End of a partition.
+    Heal,
 }
 
 impl Action {
-    /// Whether the replica counts among the survivors after this action.
-    pub fn leaves_up(self) -> bool {
-        matches!(self, Action::Rejoin | Action::Resume)
+    /// The action that ends the fault this one starts (`Down` -> `Rejoin`,
+    /// `Pause` -> `Resume`, `Slow` -> `Restore`, `Partition` -> `Heal`);
+    /// `None` for the ending actions themselves.
+    pub fn ended_by(self) -> Option<Action> {
+        match self {
+            Action::Down => Some(Action::Rejoin),
+            Action::Pause => Some(Action::Resume),
+            Action::Slow(_) => Some(Action::Restore),
+            Action::Partition => Some(Action::Heal),
+            Action::Rejoin | Action::Resume | Action::Restore | Action::Heal => None,
+        }
+    }
+
+    /// Whether this action starts a fault (rather than ending one).
+    pub fn starts_fault(self) -> bool {
+        self.ended_by().is_some()
+    }
+
+    /// Whether a replica under the fault this action starts still counts
+    /// among the survivors: only a Slow one (it is reachable and serves,
+    /// more slowly).
+    pub fn keeps_survivor(self) -> bool {
+        matches!(self, Action::Slow(_))
     }
 
     /// Prefix of the phase that starts with this action (`down1`, ...).
@@ -142,18 +175,23 @@ impl Action {
             Action::Rejoin => "rejoin",
             Action::Pause => "pause",
             Action::Resume => "resume",
+            Action::Slow(_) => "slow",
+            Action::Restore => "restore",
+            Action::Partition => "partition",
+            Action::Heal => "heal",
         }
     }
 }
 
 impl fmt::Display for Action {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Action::Down => "Down",
-            Action::Rejoin => "Rejoin",
-            Action::Pause => "Pause",
-            Action::Resume => "Resume",
-        })
+        match self {
+            Action::Slow(x) => write!(f, "Slow {x}"),
+            other => {
+                let k = other.phase_prefix();
+                write!(f, "{}{}", k[..1].to_ascii_uppercase(), &k[1..])
+            }
+        }
     }
 }
 
@@ -166,4 +204,26 @@ pub struct FaultEvent {
     pub replica: ReplicaId,
     /// What happens to it.
     pub action: Action,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actions_display_pair_and_round_trip() {
+        assert_eq!(Action::Slow(0.25).to_string(), "Slow 0.25");
+        assert_eq!(Action::Partition.to_string(), "Partition");
+        assert_eq!(Action::Restore.to_string(), "Restore");
+        assert_eq!(Action::Slow(0.1).ended_by(), Some(Action::Restore));
+        assert_eq!(Action::Partition.ended_by(), Some(Action::Heal));
+        assert_eq!(Action::Heal.ended_by(), None);
+        assert!(Action::Slow(0.1).keeps_survivor() && !Action::Partition.keeps_survivor());
+        for a in [Action::Down, Action::Slow(0.25), Action::Heal] {
+            let json = serde_json::to_string(&a).unwrap();
+            assert_eq!(serde_json::from_str::<Action>(&json).unwrap(), a, "{json}");
+        }
+        assert_eq!(serde_json::to_string(&Action::Slow(0.25)).unwrap(), r#"{"slow":0.25}"#);
+        assert_eq!(serde_json::to_string(&Action::Down).unwrap(), r#""down""#);
+    }
 }

@@ -1,9 +1,13 @@
 //! Phase cutting (design.md §1): the fault timeline splits a run into a
 //! warm-up (ramp and settling, excluded from every figure), the baseline
 //! window just before the first fault, then one phase per distinct event
-//! time, named by the change (`down1`, `rejoin1`, ...) with its survivors K+.
+//! time, named by the change (`down1`, `rejoin1`, `slow1`, ...) with its
+//! survivors K+ (a slow replica still counts; a down, paused or partitioned
+//! one does not).
 
-use super::model::{Action, FaultEvent};
+use super::faults::Open;
+use super::model::FaultEvent;
+use std::collections::BTreeMap;
 use serde::Serialize;
 
 /// Name of the phase that holds the ramp; excluded from figures but counted
@@ -43,32 +47,27 @@ pub fn cut(events: &[FaultEvent], replicas: usize, ramp_s: f64, baseline_s: f64,
             survivors: replicas,
         },
     ];
-    let mut up = replicas;
-    let mut ordinal = [0usize; 4];
+    let mut open = vec![Open::default(); replicas];
+    let mut ordinal: BTreeMap<&str, usize> = BTreeMap::new();
     let mut i = 0;
     while i < events.len() {
         let t = events[i].t_s;
         let mut name = String::new();
         while i < events.len() && events[i].t_s == t {
-            let a = events[i].action;
-            let k = match a {
-                Action::Down => 0,
-                Action::Rejoin => 1,
-                Action::Pause => 2,
-                Action::Resume => 3,
-            };
-            ordinal[k] += 1;
-            if a.leaves_up() {
-                up += 1;
-            } else {
-                up -= 1;
+            let (a, r) = (events[i].action, events[i].replica);
+            if let Some(o) = open.get_mut(r) {
+                // Schedules are validated before they are cut.
+                let _ = o.apply(a);
             }
+            let n = ordinal.entry(a.phase_prefix()).or_default();
+            *n += 1;
             if !name.is_empty() {
                 name.push('+');
             }
-            name.push_str(&format!("{}{}", a.phase_prefix(), ordinal[k]));
+            name.push_str(&format!("{}{n}", a.phase_prefix()));
             i += 1;
         }
+        let up = open.iter().filter(|o| o.survivor()).count();
         let end_s = events.get(i).map_or(duration_s, |e| e.t_s);
         phases.push(Phase { name, start_s: t, end_s, survivors: up });
     }
@@ -84,7 +83,7 @@ pub fn locate(phases: &[Phase], t_s: f64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::model::Action::*;
+    use crate::core::model::Action::{self, *};
 
     fn ev(t_s: f64, replica: usize, action: Action) -> FaultEvent {
         FaultEvent { t_s, replica, action }
@@ -109,6 +108,25 @@ mod tests {
         assert_eq!(locate(&p, 0.0), 0);
         assert_eq!(locate(&p, 150.0), 3);
         assert_eq!(locate(&p, 999.0), 5);
+    }
+
+    #[test]
+    fn gray_faults_name_phases_and_only_slow_keeps_its_survivor() {
+        let e = [
+            ev(120.0, 0, Slow(0.25)),
+            ev(130.0, 1, Partition),
+            ev(140.0, 1, Heal),
+            ev(150.0, 0, Restore),
+            ev(160.0, 2, Slow(0.5)),
+            ev(170.0, 2, Down),
+            ev(180.0, 2, Rejoin),
+        ];
+        let p = cut(&e, 5, 60.0, 30.0, 300.0);
+        let names: Vec<_> = p.iter().skip(2).map(|p| (p.name.as_str(), p.survivors)).collect();
+        assert_eq!(
+            names,
+            vec![("slow1", 5), ("partition1", 4), ("heal1", 5), ("restore1", 5), ("slow2", 5), ("down1", 4), ("rejoin1", 5)]
+        );
     }
 
     #[test]

@@ -54,11 +54,12 @@ pub struct Observed<'a> {
 pub struct Entry {
     /// The replica the fault hit.
     pub replica: String,
-    /// The fault's action (`Down`, `Pause`).
+    /// The fault's action (`Down`, `Pause`, `Slow 0.25`, `Partition`).
     pub action: String,
     /// When the fault was injected, seconds from run start.
     pub at_s: f64,
-    /// When the action that ended it ran (`Rejoin`, `Resume`), if it did.
+    /// When the action that ended it ran (`Rejoin`, `Resume`, `Restore`,
+    /// `Heal`), if it did.
     pub ended_s: Option<f64>,
     /// Until the router's view of the replica first changed.
     pub detect_s: Option<f64>,
@@ -91,15 +92,16 @@ pub fn ledger(faults: &[Fault], seen: &Observed) -> Vec<Entry> {
     faults.iter().map(|f| entry(f, seen)).collect()
 }
 
-/// Pairs each Down or Pause with the Rejoin or Resume that ends it.
+/// Pairs each fault (Down, Pause, Slow, Partition) with the action that
+/// ends it (Rejoin, Resume, Restore, Heal) on the same replica, if any.
 pub fn faults_of(events: &[FaultEvent]) -> Vec<(Fault, Action)> {
     events
         .iter()
         .enumerate()
-        .filter(|(_, e)| !e.action.leaves_up())
-        .map(|(i, e)| {
-            let ended_s = events[i + 1..].iter().find(|n| n.replica == e.replica && n.action.leaves_up()).map(|n| n.t_s);
-            (Fault { replica: e.replica, at_s: e.t_s, ended_s }, e.action)
+        .filter_map(|(i, e)| {
+            let end = e.action.ended_by()?;
+            let ended_s = events[i + 1..].iter().find(|n| n.replica == e.replica && n.action == end).map(|n| n.t_s);
+            Some((Fault { replica: e.replica, at_s: e.t_s, ended_s }, e.action))
         })
         .collect()
 }
@@ -252,6 +254,30 @@ mod tests {
         assert_eq!(e.p95_back(Class::P), Some(15.0), "second 25 starts the first good run");
         assert_eq!(e.p95_back(Class::F), Some(16.0), "the gap at 27 is skipped, not counted as good");
         assert_eq!(e.backlog_drained_s, Some(18.0));
+    }
+
+    #[test]
+    fn every_fault_pairs_with_the_action_that_ends_it() {
+        let ev = |t_s, replica, action| FaultEvent { t_s, replica, action };
+        let events = [
+            ev(10.0, 0, Action::Slow(0.25)),
+            ev(12.0, 1, Action::Partition),
+            ev(14.0, 0, Action::Pause),
+            ev(16.0, 0, Action::Resume),
+            ev(18.0, 1, Action::Heal),
+            ev(20.0, 0, Action::Restore),
+            ev(22.0, 2, Action::Down),
+        ];
+        let got: Vec<_> = faults_of(&events).into_iter().map(|(f, a)| (f.replica, a, f.at_s, f.ended_s)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, Action::Slow(0.25), 10.0, Some(20.0)),
+                (1, Action::Partition, 12.0, Some(18.0)),
+                (0, Action::Pause, 14.0, Some(16.0)),
+                (2, Action::Down, 22.0, None),
+            ]
+        );
     }
 
     #[test]
