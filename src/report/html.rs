@@ -788,6 +788,20 @@ mod tests {
     }
 
     #[test]
+    fn a_summary_json_from_before_the_traffic_figures_still_loads() {
+        let (s, _) = synthetic(false, "w");
+        let mut v = serde_json::to_value(&s).unwrap();
+        v.as_object_mut().unwrap().remove("detector").expect("written");
+        for k in ["full_service_s", "sessions_shifted", "retries"] {
+            v["recovery"][0].as_object_mut().unwrap().remove(k).expect("written");
+        }
+        let old: Summary = serde_json::from_value(v).expect("older summary.json loads");
+        assert_eq!(old.detector, None);
+        assert_eq!((old.recovery[0].sessions_shifted, old.recovery[0].retries), (None, None));
+        assert_eq!(old.recovery[0].detect_s, Some(0.25));
+    }
+
+    #[test]
     fn a_summary_from_before_the_traffic_figures_renders_dashes() {
         let (mut s, m) = synthetic(false, "w");
         s.detector = None;
