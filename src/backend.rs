@@ -7,7 +7,7 @@ use crate::cluster::external::{ClusterFile, ExternalCluster};
 use crate::cluster::local::{default_state_dir, LocalCluster, LocalOptions};
 use crate::cluster::{docker, Cluster, DockerCluster, DockerOptions, Fault};
 use crate::core::admission::Gate;
-use crate::core::health::HealthConfig;
+use crate::core::watch::Watch;
 use crate::core::metrics::Collector;
 use crate::core::router::Router;
 use crate::core::saturation::GeneratorReport;
@@ -25,6 +25,20 @@ use std::time::Duration;
 
 fn clients(plan: &Plan) -> Vec<schedule::Client> {
     schedule::clients(plan.args.common.clients, plan.premium_pct, plan.ramp_s, plan.args.common.seed)
+}
+
+/// The router's watch: the detector `--detection` names, `--recovery`'s
+/// policy, and the workload's `[health]` thresholds with the stability
+/// window scaled like the rest of the timeline.
+pub fn watch(plan: &Plan) -> Watch {
+    let mut cfg = plan.workload.health;
+    cfg.stability_window_s *= plan.args.common.time_scale;
+    let (k, recovery) = (plan.args.common.replicas, plan.args.recovery);
+    match plan.args.common.detection {
+        Detection::Oracle => Watch::oracle(k, recovery, cfg),
+        Detection::Probe => Watch::probe(k, recovery, cfg),
+        Detection::Suspicion => Watch::suspicion(k, recovery, cfg),
+    }
 }
 
 fn probe_interval(plan: &Plan) -> Option<Duration> {
@@ -55,7 +69,7 @@ pub fn run_sim(plan: &Plan, mut collector: Collector) -> (Collector, BackendOutc
             cpus: plan.args.common.cpus,
             duration_s: plan.duration_s,
             probe_interval_s: probe_interval(plan).map_or(0.0, |d| d.as_secs_f64()),
-            health: (plan.args.common.detection == Detection::Suspicion).then(HealthConfig::default),
+            watch: watch(plan),
             gate: gate(plan),
         },
         &mut collector,
@@ -162,6 +176,7 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
         workload: Arc::new(plan.workload.clone()),
         clients: clients(plan),
         router: Router::new(plan.router.clone()),
+        watch: watch(plan),
         faults: plan.faults.clone(),
         duration_s: plan.duration_s,
         probe_interval: probe_interval(plan),

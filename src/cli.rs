@@ -112,8 +112,8 @@ pub enum Detection {
     Oracle,
     /// Probes, connection errors and query latency through the health state
     /// machine: SUSPECT and DEGRADED replicas get a reduced share of new
-    /// sessions, ISOLATED none, RECOVERING a probation share (issue 9;
-    /// simulator only so far).
+    /// sessions, ISOLATED none, RECOVERING a probation share (thresholds: the
+    /// workload's `[health]`).
     Suspicion,
 }
 
@@ -157,6 +157,9 @@ pub struct RunArgs {
     /// Admission layer in front of the strategy.
     #[arg(long, value_enum, default_value = "none")]
     pub admission: Admission,
+    /// What plb does with a replica that comes back: none (the paper: full share at once) or probation (Premium at once, Freemium ramped in over the workload's health.stability_window_s).
+    #[arg(long, value_enum, default_value = "none")]
+    pub recovery: crate::core::watch::Recovery,
     /// Serve Prometheus metrics at this address during a real run (e.g. 127.0.0.1:9464).
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,

@@ -23,7 +23,8 @@ use crate::cluster::Cluster;
 use crate::core::admission::{self, Decision, Gate};
 use crate::core::degradation::Load;
 use crate::live_metrics::{self, LiveMetrics};
-use crate::core::detect::{Detector, Probe};
+use crate::core::health::Evidence;
+use crate::core::watch::Watch;
 use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
 use crate::core::model::{Class, FaultEvent, ReplicaId};
 use crate::core::router::Router;
@@ -75,13 +76,15 @@ pub struct DriverInput {
     pub clients: Vec<Client>,
     /// The router, fresh.
     pub router: Router,
+    /// How the router learns of faults and treats returning replicas.
+    pub watch: Watch,
     /// Fault schedule, scaled.
     pub faults: Vec<FaultEvent>,
     /// Run length, seconds.
     pub duration_s: f64,
     /// CPU budget per replica (cores), for the utilisation the gate sees.
     pub cpus: f64,
-    /// Probe interval; `None` = oracle detection.
+    /// Probe interval; `None`: no probes (oracle detection).
     pub probe_interval: Option<Duration>,
     /// Show a progress bar.
     pub progress: bool,
@@ -152,6 +155,12 @@ struct Ctx {
     start: Instant,
     workload: Arc<Workload>,
     router: Mutex<Router>,
+    /// The router's view of replica health; locked after `router`, never before.
+    watch: Mutex<Watch>,
+    /// Whether query latency and client errors are evidence (suspicion).
+    uses_queries: bool,
+    /// The deadline budget query latency is judged against, ms.
+    budget_ms: f64,
     configs: Vec<Config>,
     tx: mpsc::UnboundedSender<Msg>,
     /// Set at the end or on the first signal: no new session or query.
@@ -193,29 +202,36 @@ impl Ctx {
         }
     }
 
-    /// The router learns of a health change (from a probe, a connection
-    /// error or the oracle); logged once per change.
-    fn observe(&self, r: ReplicaId, healthy: bool, how: &str) {
-        self.observe_since(r, healthy, how, f64::INFINITY);
-    }
-
-    /// [`Self::observe`] for a check that began at `began_s`: a success is
-    /// stale, and ignored, when a failure of `r` was seen after it began
-    /// (a probe that connected just before a Down must not undo its
-    /// detection).
-    fn observe_since(&self, r: ReplicaId, healthy: bool, how: &str, began_s: f64) {
+    /// The router's watch learns something about `r`, from a check that
+    /// began at `began_s`: a success is stale, and ignored, when a failure of
+    /// `r` was seen after it began (a probe that connected just before a Down
+    /// must not undo its detection). `how` names the source in events.csv.
+    fn evidence(&self, r: ReplicaId, ev: Evidence, how: &str, began_s: f64) {
+        let failure = matches!(ev, Evidence::Refused | Evidence::ProbeTimeout | Evidence::ConnError);
         let mut router = self.router.lock().expect("router lock");
-        if !healthy {
+        if failure {
             self.failed_s[r].store(self.now().to_bits(), Ordering::SeqCst);
         } else if began_s < f64::from_bits(self.failed_s[r].load(Ordering::SeqCst)) {
             return;
         }
-        if router.is_healthy(r) != healthy {
-            router.set_health(r, healthy);
-            let what = if healthy { "up" } else { "down" };
-            self.send(Msg::Event(self.now(), "detect", Some(r), format!("{what} ({how})")));
-            self.role_events(&mut router);
+        let notes = self.watch.lock().expect("watch lock").evidence(&mut router, r, ev, self.now(), how);
+        self.log(&mut router, notes);
+    }
+
+    /// Sends the watch's notes, then the role changes they caused.
+    fn log(&self, router: &mut Router, notes: Vec<crate::core::watch::Note>) {
+        let t = self.now();
+        for (kind, r, detail) in notes {
+            self.send(Msg::Event(t, kind, Some(r), detail));
         }
+        self.role_events(router);
+    }
+
+    /// Lets time pass for the watch (probation windows end, ramps advance).
+    fn tick(&self) {
+        let mut router = self.router.lock().expect("router lock");
+        let notes = self.watch.lock().expect("watch lock").tick(&mut router, self.now());
+        self.log(&mut router, notes);
     }
 
     fn stopped(&self) -> bool {
@@ -285,6 +301,9 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
         start: Instant::now(),
         workload: input.workload.clone(),
         router: Mutex::new(input.router),
+        uses_queries: input.watch.uses_queries(),
+        budget_ms: input.watch.budget_ms(input.workload.client.query_timeout_ms as f64),
+        watch: Mutex::new(input.watch),
         configs,
         tx,
         stop: stop_rx,
@@ -303,7 +322,7 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
     let clients: Vec<_> = input.clients.into_iter().enumerate().map(|(i, c)| tokio::spawn(client(ctx.clone(), i as u32, c))).collect();
     let admitter = ctx.gate.is_some().then(|| tokio::spawn(admit_waiting(ctx.clone())));
     let mut clients = tokio::spawn(join_clients(clients));
-    let injector = tokio::spawn(inject(ctx.clone(), cluster.clone(), input.faults, input.probe_interval.is_none()));
+    let injector = tokio::spawn(inject(ctx.clone(), cluster.clone(), input.faults));
     let prober = input.probe_interval.map(|i| tokio::spawn(probe(ctx.clone(), i)));
     let bar = progress_bar(input.progress, input.duration_s);
     let sampler = tokio::spawn(sample(ctx.clone(), cluster, bar.clone(), input.cpus));
@@ -592,10 +611,13 @@ async fn session(ctx: &Ctx, script: &mut Client, r: ReplicaId, queries: u32, int
             client
         }
         Ok(Err(_)) => {
-            ctx.observe(r, false, "connection refused");
+            ctx.evidence(r, Evidence::Refused, "connection refused", ctx.now());
             return SessionEnd::Aborted("connect refused", queries);
         }
-        Err(_) => return SessionEnd::Aborted("connect timeout", queries),
+        Err(_) => {
+            ctx.evidence(r, Evidence::ConnError, "connect timeout", ctx.now());
+            return SessionEnd::Aborted("connect timeout", queries);
+        }
     };
     let mut due = intended;
     let mut statements = std::collections::HashMap::new();
@@ -643,10 +665,15 @@ async fn session(ctx: &Ctx, script: &mut Client, r: ReplicaId, queries: u32, int
             end_s: end,
             error: error.map(String::from),
         }));
+        if error == Some("connection lost") {
+            ctx.evidence(r, Evidence::Refused, "connection error", sent);
+        } else if ctx.uses_queries {
+            // A timed-out query is the slowest answer, not proof of death.
+            let timeout_ms = w.client.query_timeout_ms as f64;
+            let ms = if error.is_some() { timeout_ms } else { (end - sent) * 1000.0 };
+            ctx.evidence(r, Evidence::Query { ms, budget_ms: ctx.budget_ms }, "query", sent);
+        }
         if let Some(e) = error {
-            if e == "connection lost" {
-                ctx.observe(r, false, "connection error");
-            }
             return SessionEnd::Aborted(e, left);
         }
         due = end + script.think_s(w);
@@ -676,7 +703,7 @@ pub async fn execute(
 
 /// Applies the fault schedule at its times (blocking cluster calls run on
 /// the blocking pool); with the oracle the router is told at once.
-async fn inject(ctx: Arc<Ctx>, cluster: Arc<Mutex<Cluster>>, faults: Vec<FaultEvent>, oracle: bool) {
+async fn inject(ctx: Arc<Ctx>, cluster: Arc<Mutex<Cluster>>, faults: Vec<FaultEvent>) {
     for f in faults {
         if !wait_until(&ctx, ctx.at(f.t_s)).await {
             return;
@@ -695,9 +722,9 @@ async fn inject(ctx: Arc<Ctx>, cluster: Arc<Mutex<Cluster>>, faults: Vec<FaultEv
         };
         ctx.actual_up[f.replica].store(f.action.leaves_up(), Ordering::SeqCst);
         ctx.send(Msg::Event(f.t_s, "fault", Some(f.replica), detail));
-        if oracle {
-            ctx.observe(f.replica, f.action.leaves_up(), "oracle");
-        }
+        let mut router = ctx.router.lock().expect("router lock");
+        let notes = ctx.watch.lock().expect("watch lock").told(&mut router, f.replica, f.action.leaves_up(), ctx.now(), "oracle");
+        ctx.log(&mut router, notes);
     }
 }
 
@@ -707,16 +734,17 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Health probes, one task per replica, each over a persistent connection
 /// (as a pooler checks its server connections), so a busy replica is asked
-/// for `SELECT 1` rather than for a new backend. A broken or refused
-/// connection removes a replica at once; timeouts only after
-/// [`crate::core::detect::TIMEOUTS_TO_DOWN`] in a row (see `core::detect`).
+/// for `SELECT 1` rather than for a new backend. Each answer, refusal or
+/// timeout is evidence for the router's watch (`core::watch`): the probe
+/// detector removes a replica on a refusal at once, on timeouts only after
+/// [`crate::core::detect::TIMEOUTS_TO_DOWN`] in a row; the suspicion
+/// machine applies its own rules.
 async fn probe(ctx: Arc<Ctx>, interval: Duration) {
-    let detector = Arc::new(Mutex::new(Detector::new(ctx.configs.len())));
-    let tasks = (0..ctx.configs.len()).map(|r| probe_replica(ctx.clone(), detector.clone(), r, interval));
+    let tasks = (0..ctx.configs.len()).map(|r| probe_replica(ctx.clone(), r, interval));
     futures_util::future::join_all(tasks).await;
 }
 
-async fn probe_replica(ctx: Arc<Ctx>, detector: Arc<Mutex<Detector>>, r: ReplicaId, interval: Duration) {
+async fn probe_replica(ctx: Arc<Ctx>, r: ReplicaId, interval: Duration) {
     let mut next = ctx.start + interval / 2;
     let mut client: Option<tokio_postgres::Client> = None;
     loop {
@@ -725,17 +753,15 @@ async fn probe_replica(ctx: Arc<Ctx>, detector: Arc<Mutex<Detector>>, r: Replica
         }
         let began = ctx.now();
         let seen = match timeout(PROBE_TIMEOUT.max(interval), check(&ctx.configs[r], &mut client)).await {
-            Ok(Ok(())) => Probe::Ok,
+            Ok(Ok(())) => Evidence::ProbeOk { ms: (ctx.now() - began) * 1000.0 },
             Ok(Err(_)) => {
                 client = None;
-                Probe::Refused
+                Evidence::Refused
             }
-            Err(_) => Probe::Timeout,
+            Err(_) => Evidence::ProbeTimeout,
         };
-        let verdict = detector.lock().expect("detector lock").observe(r, seen);
-        if let Some(healthy) = verdict {
-            ctx.observe_since(r, healthy, "probe", began);
-        }
+        ctx.evidence(r, seen, "probe", began);
+        ctx.tick();
         next = (next + interval).max(Instant::now());
     }
 }
@@ -782,6 +808,7 @@ async fn sample(ctx: Arc<Ctx>, cluster: Arc<Mutex<Cluster>>, bar: indicatif::Pro
     let mut t = 0.0;
     let mut last: Option<(f64, Vec<Option<f64>>)> = None;
     loop {
+        ctx.tick();
         let (now, snap) = (ctx.now(), snapshot(&ctx, &cluster));
         generator_sample(&ctx, &snap);
         // A sample whose CPU was skipped (a fault action held the cluster)

@@ -12,7 +12,8 @@
 //! Resumption: a run folder with a complete `summary.json` (not `partial`)
 //! and the same settings is kept; anything else in the grid is (re)run.
 
-use crate::cli::{Admission, CommonArgs, RunArgs};
+use crate::cli::{Admission, CommonArgs, Detection, RunArgs};
+use crate::core::watch::Recovery;
 use crate::core::faults;
 use crate::core::metrics::PhaseRow;
 use crate::core::model::Class;
@@ -48,6 +49,12 @@ pub struct ExperimentArgs {
     /// Admission layers to compare, comma-separated (none, modes) [default: none].
     #[arg(long, value_delimiter = ',', default_value = "none", hide_default_value = true, value_name = "LIST")]
     pub admission: Vec<String>,
+    /// Detectors to compare, comma-separated (probe, oracle, suspicion) [default: --detection's].
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub detections: Vec<String>,
+    /// Recovery policies to compare for plb, comma-separated (none, probation); other strategies run with none [default: none].
+    #[arg(long, value_delimiter = ',', default_value = "none", hide_default_value = true, value_name = "LIST")]
+    pub recovery: Vec<String>,
     /// Repeats of every cell; repeat k uses seed --seed + k - 1 [default: 5].
     #[arg(long, default_value_t = 5, hide_default_value = true, value_name = "N")]
     pub repeat: u32,
@@ -209,7 +216,19 @@ pub fn grid(args: &ExperimentArgs, root: &Path) -> Result<Vec<GridRun>, Error> {
     let strategies = parse_strategies(&args.strategies)?;
     let mixes = parse_mixes(&args.mixes)?;
     let faults = parse_faults(&args.faults)?;
-    let admissions = parse_admissions(&args.admission)?;
+    let admissions: Vec<Admission> = parse_list("--admission", &args.admission)?;
+    let detections: Vec<Detection> = match args.detections.is_empty() {
+        true => vec![args.common.detection],
+        false => parse_list("--detections", &args.detections)?,
+    };
+    let recoveries: Vec<Recovery> = parse_list("--recovery", &args.recovery)?;
+    let layers: Vec<(Strategy, Admission, Detection, Recovery)> = strategies
+        .iter()
+        .flat_map(|&s| admissions.iter().map(move |&a| (s, a)))
+        .flat_map(|(s, a)| detections.iter().map(move |&d| (s, a, d)))
+        .flat_map(|(s, a, d)| recoveries.iter().map(move |&r| (s, a, d, r)))
+        .filter(|&(s, _, _, r)| s == Strategy::Plb || r == Recovery::None)
+        .collect();
     if args.repeat == 0 {
         return Err(input("--repeat", "must be at least 1"));
     }
@@ -220,17 +239,15 @@ pub fn grid(args: &ExperimentArgs, root: &Path) -> Result<Vec<GridRun>, Error> {
     for repeat in 1..=args.repeat {
         for (fault, label) in &faults {
             for (mix, pct) in &mixes {
-                for (&strategy, &admission) in strategies.iter().flat_map(|s| admissions.iter().map(move |a| (s, a))) {
-                    // Runs without admission keep their historical names.
-                    let layer = match admission {
-                        Admission::None => String::new(),
-                        other => format!("+{}", other.name()),
-                    };
-                    let name = format!("{label}-{pct}-{}-{strategy}{layer}-r{repeat}", 100 - pct);
+                for &(strategy, admission, detection, recovery) in &layers {
                     let mut a = default_run_args();
                     pass_through(args, &mut a);
                     a.strategy = strategy;
                     a.admission = admission;
+                    a.common.detection = detection;
+                    a.recovery = recovery;
+                    // Runs without layers keep their historical names.
+                    let name = format!("{label}-{pct}-{}-{}-r{repeat}", 100 - pct, run::variant(&a));
                     a.mix = mix.clone();
                     a.faults = Some(fault.clone());
                     a.common.seed = args.common.seed + u64::from(repeat - 1);
@@ -261,15 +278,18 @@ fn pass_through(e: &ExperimentArgs, a: &mut RunArgs) {
     a.common.quiet = true; // the experiment's own bar replaces each run's
 }
 
-fn parse_admissions(list: &[String]) -> Result<Vec<Admission>, Error> {
+/// A comma-separated list of one of the CLI's closed sets, each at most once.
+fn parse_list<T: ValueEnum + PartialEq>(flag: &str, list: &[String]) -> Result<Vec<T>, Error> {
+    let names: Vec<String> =
+        T::value_variants().iter().filter_map(|v| v.to_possible_value()).map(|p| p.get_name().to_string()).collect();
     let mut out = Vec::new();
     for s in list {
-        let a = Admission::from_str(s.trim(), true)
-            .map_err(|_| input("--admission", format!("unknown admission layer `{s}` (expected none, modes)")))?;
-        if out.contains(&a) {
-            return Err(input("--admission", format!("`{s}` is listed twice")));
+        let v = T::from_str(s.trim(), true)
+            .map_err(|_| input(flag, format!("unknown value `{s}` (expected {})", names.join(", "))))?;
+        if out.contains(&v) {
+            return Err(input(flag, format!("`{s}` is listed twice")));
         }
-        out.push(a);
+        out.push(v);
     }
     Ok(out)
 }

@@ -4,6 +4,8 @@
 //! before any server starts or any file is written.
 
 use crate::cli::{ClusterKind, Detection, RunArgs};
+use crate::core::router::Strategy;
+use crate::core::watch::Recovery;
 use crate::core::faults::{self, Timeline};
 use crate::core::model::FaultEvent;
 use crate::core::phases::{self, Phase};
@@ -122,8 +124,8 @@ impl Plan {
         if !(args.common.cpus.is_finite() && args.common.cpus > 0.0) {
             return Err(input("--cpus", format!("must be a positive number of cores, got {}", args.common.cpus)));
         }
-        if args.common.detection == Detection::Suspicion && args.common.cluster != ClusterKind::Sim {
-            return Err(input("--detection", "suspicion is built for --cluster sim only so far"));
+        if args.recovery != Recovery::None && args.strategy != Strategy::Plb {
+            return Err(input("--recovery", format!("{} is a plb policy; --strategy is {}", args.recovery.name(), args.strategy)));
         }
         if args.common.detection != Detection::Oracle && args.common.probe_interval_ms == 0 {
             return Err(input("--probe-interval-ms", "must be at least 1"));

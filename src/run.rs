@@ -79,11 +79,9 @@ pub fn settings(plan: &Plan) -> Settings {
     let a = &plan.args;
     let r = plan.router.reference;
     Settings {
-        // With admission the cell is a different system: `plb+modes`.
-        strategy: match a.admission {
-            crate::cli::Admission::None => a.strategy.to_string(),
-            other => format!("{}+{}", a.strategy, other.name()),
-        },
+        // With the health machine, a recovery policy or admission the cell
+        // is a different system: `plb+suspicion+probation+modes`.
+        strategy: variant(a),
         mix: format!("{}:{}", plan.premium_pct, 100 - plan.premium_pct),
         clients: a.common.clients,
         replicas: a.common.replicas,
@@ -103,7 +101,24 @@ pub fn settings(plan: &Plan) -> Settings {
             Detection::Suspicion => format!("suspicion state machine, probe every {} ms", a.common.probe_interval_ms),
         },
         admission: a.admission.name().into(),
+        recovery: a.recovery.name().into(),
     }
+}
+
+/// The strategy with the layers that change it, as cells and folders name it:
+/// `plb`, `plb+suspicion`, `plb+probation`, `plb+suspicion+probation+modes`, ...
+pub fn variant(a: &crate::cli::RunArgs) -> String {
+    let mut name = a.strategy.to_string();
+    if a.common.detection == Detection::Suspicion {
+        name.push_str("+suspicion");
+    }
+    if a.recovery != crate::core::watch::Recovery::None {
+        name = format!("{name}+{}", a.recovery.name());
+    }
+    if a.admission != crate::cli::Admission::None {
+        name = format!("{name}+{}", a.admission.name());
+    }
+    name
 }
 
 fn environment(plan: &Plan, outcome: &BackendOutcome, started: chrono::DateTime<chrono::Utc>) -> Environment {

@@ -6,8 +6,8 @@
 
 use crate::core::admission::{Decision, Gate};
 use crate::core::degradation::Load;
-use crate::core::detect::{Detector, Probe};
-use crate::core::health::{Evidence, Health, HealthConfig, HealthMachine, Transition};
+use crate::core::health::Evidence;
+use crate::core::watch::{Note, Watch};
 use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
 use crate::core::model::{Action, FaultEvent, ReplicaId};
 use crate::core::router::Router;
@@ -30,12 +30,10 @@ pub struct SimInput<'a> {
     pub cpus: f64,
     /// Run length (scaled), seconds.
     pub duration_s: f64,
-    /// Health probe interval, seconds; 0 means the router is told of faults
-    /// at once (`--detection oracle`).
+    /// Health probe interval, seconds; 0 means no probes (`--detection oracle`).
     pub probe_interval_s: f64,
-    /// The health state machine's thresholds (`--detection suspicion`);
-    /// `None`: probes and connection errors decide up or down directly.
-    pub health: Option<HealthConfig>,
+    /// How the router learns of faults and treats returning replicas.
+    pub watch: Watch,
     /// `--admission modes`: the gate in front of the router.
     pub gate: Option<Gate>,
 }
@@ -118,8 +116,6 @@ struct Sim<'a, 'c> {
     servers: Vec<Server>,
     clients: Vec<ClientState>,
     sessions: u64,
-    detector: Detector,
-    machines: Vec<HealthMachine>,
     /// Cumulative CPU per replica at the last sample, and its time.
     last_cpu: (Vec<Option<f64>>, f64),
 }
@@ -139,7 +135,6 @@ pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
         .into_iter()
         .map(|script| ClientState { script, state: State::Idle { resume: None }, session: 0, session_start: 0.0, intended: 0.0, sent: 0.0, qseq: 0 })
         .collect();
-    let machines = input.health.map_or_else(Vec::new, |cfg| vec![HealthMachine::new(cfg); k]);
     let mut sim = Sim {
         input,
         col,
@@ -149,8 +144,6 @@ pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
         servers,
         clients,
         sessions: 0,
-        detector: Detector::new(k),
-        machines,
         last_cpu: (vec![None; k], 0.0),
     };
     sim.start();
@@ -210,6 +203,8 @@ impl Sim<'_, '_> {
             Ev::Probe => self.probe(),
             Ev::Expire => self.expire(),
             Ev::Sample => {
+                let notes = self.input.watch.tick(&mut self.input.router, self.now);
+                self.log(notes);
                 self.sample();
                 self.at(self.now + 1.0, Ev::Sample);
             }
@@ -441,11 +436,12 @@ impl Sim<'_, '_> {
             end_s: now,
             error: error.map(String::from),
         });
-        let budget_ms = w.client.query_timeout_ms as f64;
-        let ms = if error.is_some() { budget_ms } else { (now - c.sent) * 1000.0 };
-        if error != Some("connection lost") {
+        let timeout_ms = w.client.query_timeout_ms as f64;
+        let budget_ms = self.input.watch.budget_ms(timeout_ms);
+        let ms = if error.is_some() { timeout_ms } else { (now - c.sent) * 1000.0 };
+        if error != Some("connection lost") && self.input.watch.uses_queries() {
             // A timed-out query is the slowest answer, not proof of death.
-            self.evidence(r, Evidence::Query { ms, budget_ms });
+            self.evidence(r, Evidence::Query { ms, budget_ms }, "query");
         }
         if let Some(e) = error {
             return self.abort(i, r, e);
@@ -492,37 +488,23 @@ impl Sim<'_, '_> {
         self.close(i, r, Some(reason));
     }
 
-    /// Feeds the health machine of `r` (under `--detection suspicion`) and
-    /// applies the transition it makes to the router.
-    fn evidence(&mut self, r: ReplicaId, ev: Evidence) {
-        let Some(m) = self.machines.get_mut(r) else { return };
-        if let Some(t) = m.observe(self.now, ev) {
-            self.apply_health(r, t);
-        }
+    /// Feeds the router's watch one piece of evidence about `r`.
+    fn evidence(&mut self, r: ReplicaId, ev: Evidence, how: &str) {
+        let notes = self.input.watch.evidence(&mut self.input.router, r, ev, self.now, how);
+        self.log(notes);
     }
 
-    fn apply_health(&mut self, r: ReplicaId, t: Transition) {
-        self.col.event(self.now, "health", Some(r), format!("{}->{} ({})", t.from, t.to, t.reason));
-        let routable = t.to != Health::Isolated;
-        if self.input.router.is_healthy(r) != routable {
-            self.input.router.set_health(r, routable);
-            let how = if routable { "up (health)" } else { "down (health)" };
-            self.col.event(self.now, "detect", Some(r), how.to_string());
+    /// Logs what the watch saw, then the role changes it caused.
+    fn log(&mut self, notes: Vec<Note>) {
+        for (kind, r, detail) in notes {
+            self.col.event(self.now, kind, Some(r), detail);
         }
-        self.input.router.set_share(r, self.machines[r].share());
         self.role_events();
     }
 
-    /// A connection error is evidence: the router removes the replica.
+    /// A refused or broken connection is evidence that the server is gone.
     fn evidence_down(&mut self, r: ReplicaId, how: &str) {
-        if !self.machines.is_empty() {
-            return self.evidence(r, Evidence::Refused);
-        }
-        if self.input.router.is_healthy(r) {
-            self.input.router.set_health(r, false);
-            self.col.event(self.now, "detect", Some(r), format!("down ({how})"));
-            self.role_events();
-        }
+        self.evidence(r, Evidence::Refused, how);
     }
 
     fn connect_refused(&mut self, i: usize, r: ReplicaId) {
@@ -551,14 +533,9 @@ impl Sim<'_, '_> {
                 self.reschedule(r);
             }
         }
-        if self.input.probe_interval_s <= 0.0 {
-            let healthy = self.servers[r].up && !self.servers[r].paused;
-            if self.input.router.is_healthy(r) != healthy {
-                self.input.router.set_health(r, healthy);
-                self.col.event(self.now, "detect", Some(r), format!("{} (oracle)", if healthy { "up" } else { "down" }));
-                self.role_events();
-            }
-        }
+        let healthy = self.servers[r].up && !self.servers[r].paused;
+        let notes = self.input.watch.told(&mut self.input.router, r, healthy, self.now, "oracle");
+        self.log(notes);
     }
 
     /// Down: the server dies; in-flight queries fail now, idle connections
@@ -584,42 +561,22 @@ impl Sim<'_, '_> {
     }
 
     /// Health probes: each replica's real state is observed once per
-    /// interval; a dead one refuses, a paused one times out (and is removed
-    /// only after consecutive timeouts, as in real runs).
+    /// interval; a dead one refuses, a paused one times out (removed only
+    /// after consecutive timeouts, as in real runs); then time passes for
+    /// the watch (probation windows end).
     fn probe(&mut self) {
         for r in 0..self.servers.len() {
             let s = &self.servers[r];
             let seen = match (s.up, s.paused) {
-                (false, _) => Probe::Refused,
-                (true, true) => Probe::Timeout,
-                (true, false) => Probe::Ok,
+                (false, _) => Evidence::Refused,
+                (true, true) => Evidence::ProbeTimeout,
+                (true, false) => Evidence::ProbeOk { ms: 0.0 },
             };
-            if !self.machines.is_empty() {
-                self.probe_health(r, seen);
-                continue;
-            }
-            let Some(healthy) = self.detector.observe(r, seen) else { continue };
-            if self.input.router.is_healthy(r) != healthy {
-                self.input.router.set_health(r, healthy);
-                self.col.event(self.now, "detect", Some(r), format!("{} (probe)", if healthy { "up" } else { "down" }));
-                self.role_events();
-            }
+            self.evidence(r, seen, "probe");
         }
+        let notes = self.input.watch.tick(&mut self.input.router, self.now);
+        self.log(notes);
         self.at(self.now + self.input.probe_interval_s, Ev::Probe);
-    }
-
-    /// A probe under the health machine: answers, refusals and timeouts
-    /// are evidence, and the machine's clock advances (probation ends).
-    fn probe_health(&mut self, r: ReplicaId, seen: Probe) {
-        let ev = match seen {
-            Probe::Ok => Evidence::ProbeOk { ms: 0.0 },
-            Probe::Refused => Evidence::Refused,
-            Probe::Timeout => Evidence::ProbeTimeout,
-        };
-        self.evidence(r, ev);
-        if let Some(t) = self.machines[r].tick(self.now) {
-            self.apply_health(r, t);
-        }
     }
 }
 

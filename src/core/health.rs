@@ -84,8 +84,13 @@ pub struct HealthConfig {
     pub degraded_share: f64,
     /// Share of new sessions while RECOVERING.
     pub probation_share: f64,
-    /// Seconds RECOVERING must pass without failure evidence to be HEALTHY.
+    /// Seconds RECOVERING must pass without failure evidence to be HEALTHY
+    /// (scaled by `--time-scale` like the rest of the timeline); also the
+    /// length of `--recovery probation`'s ramp.
     pub stability_window_s: f64,
+    /// The deadline budget a query's latency is judged against, ms; 0 (the
+    /// default) means the client's `query_timeout_ms`.
+    pub budget_ms: f64,
 }
 
 impl Default for HealthConfig {
@@ -99,26 +104,32 @@ impl Default for HealthConfig {
             degraded_share: 0.2,
             probation_share: 0.25,
             stability_window_s: 10.0,
+            budget_ms: 0.0,
         }
     }
 }
 
 impl HealthConfig {
-    /// Checks ranges; the error names the field.
-    pub fn validate(&self) -> Result<(), String> {
-        let share = |name: &str, v: f64| {
-            (v.is_finite() && (0.0..=1.0).contains(&v))
-                .then_some(())
-                .ok_or_else(|| format!("health.{name} must be within 0..=1, got {v}"))
-        };
-        share("suspect_share", self.suspect_share)?;
-        share("degraded_share", self.degraded_share)?;
-        share("probation_share", self.probation_share)?;
-        if !(self.slow_fraction.is_finite() && self.slow_fraction > 0.0) {
-            return Err(format!("health.slow_fraction must be above 0, got {}", self.slow_fraction));
+    /// Checks ranges; the error is `(field, reason)`, the field as written
+    /// in a workload file (`health.suspect_share`).
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        let bad = |name: &str, reason: String| Err((format!("health.{name}"), reason));
+        for (name, v) in [
+            ("suspect_share", self.suspect_share),
+            ("degraded_share", self.degraded_share),
+            ("probation_share", self.probation_share),
+        ] {
+            if !(v.is_finite() && (0.0..=1.0).contains(&v)) {
+                return bad(name, format!("must be within 0..=1, got {v}"));
+            }
         }
-        if !(self.stability_window_s.is_finite() && self.stability_window_s >= 0.0) {
-            return Err(format!("health.stability_window_s must be 0 or more, got {}", self.stability_window_s));
+        if !(self.slow_fraction.is_finite() && self.slow_fraction > 0.0) {
+            return bad("slow_fraction", format!("must be above 0, got {}", self.slow_fraction));
+        }
+        for (name, v) in [("budget_ms", self.budget_ms), ("stability_window_s", self.stability_window_s)] {
+            if !(v.is_finite() && v >= 0.0) {
+                return bad(name, format!("must be 0 or more, got {v}"));
+            }
         }
         for (name, v) in [
             ("timeouts_to_isolate", self.timeouts_to_isolate),
@@ -126,7 +137,7 @@ impl HealthConfig {
             ("fast_to_clear", self.fast_to_clear),
         ] {
             if v == 0 {
-                return Err(format!("health.{name} must be at least 1"));
+                return bad(name, "must be at least 1".into());
             }
         }
         Ok(())
@@ -354,9 +365,11 @@ mod tests {
         assert_eq!(m.observe(1.0, Evidence::ProbeOk { ms: 1.0 }).map(|t| t.to), Some(Recovering));
         assert_eq!(m.tick(1.0).map(|t| t.to), Some(Healthy));
         let bad = HealthConfig { suspect_share: 1.5, ..HealthConfig::default() };
-        assert!(bad.validate().unwrap_err().contains("health.suspect_share"));
+        assert_eq!(bad.validate().unwrap_err().0, "health.suspect_share");
         let bad = HealthConfig { fast_to_clear: 0, ..HealthConfig::default() };
-        assert!(bad.validate().unwrap_err().contains("health.fast_to_clear"));
+        assert_eq!(bad.validate().unwrap_err().0, "health.fast_to_clear");
+        let bad = HealthConfig { budget_ms: -1.0, ..HealthConfig::default() };
+        assert_eq!(bad.validate().unwrap_err().0, "health.budget_ms");
         assert!(HealthConfig::default().validate().is_ok());
     }
 }

@@ -89,11 +89,12 @@ pub struct RoleChange {
 #[derive(Clone, Debug)]
 struct Replica {
     healthy: bool,
-    /// Share of the new sessions it would be given that it may take (1 = all;
-    /// below 1 while the health machine suspects or probates it).
-    share: f64,
-    /// Round robin: credit toward the next admission under a share below 1.
-    credit: f64,
+    /// Per class (P, F), the share of the new sessions it would be given
+    /// that it may take (1 = all; below 1 while the health machine suspects
+    /// or probates it, or while `--recovery probation` ramps Freemium in).
+    share: [f64; 2],
+    /// Round robin: per class, credit toward the next admission under a share below 1.
+    credit: [f64; 2],
     role: Role,
     home: Option<Role>,
     active: [u32; 2],
@@ -104,16 +105,16 @@ impl Replica {
         self.active[0] + self.active[1]
     }
 
-    /// Whether new sessions may go to it at all.
-    fn open(&self) -> bool {
-        self.healthy && self.share > 0.0
+    /// Whether new sessions of `class` may go to it at all.
+    fn open(&self, class: Class) -> bool {
+        self.healthy && self.share[class.idx()] > 0.0
     }
 
-    /// Load as least-connections weighs it: a replica at share s looks
-    /// (load + 1) / s - 1 loaded, so it settles at about s times the
+    /// Load as least-connections weighs it for `class`: a replica at share s
+    /// looks (load + 1) / s - 1 loaded, so it settles at about s times the
     /// sessions of a full-share peer (weighted least-connections).
-    fn weighted_load(&self) -> f64 {
-        f64::from(self.load() + 1) / self.share - 1.0
+    fn weighted_load(&self, class: Class) -> f64 {
+        f64::from(self.load() + 1) / self.share[class.idx()] - 1.0
     }
 }
 
@@ -148,7 +149,7 @@ impl Router {
             Strategy::Rr | Strategy::Lc => Role::M,
         };
         let replicas = (0..k)
-            .map(|r| Replica { healthy: true, share: 1.0, credit: 0.0, role: role_at(r), home: None, active: [0, 0] })
+            .map(|r| Replica { healthy: true, share: [1.0; 2], credit: [0.0; 2], role: role_at(r), home: None, active: [0, 0] })
             .collect();
         let tau = (cfg.alpha * f64::from(cfg.theta)).floor() as u32;
         Router { cfg, tau, replicas, cursors: [0; 3], changes: Vec::new() }
@@ -169,35 +170,50 @@ impl Router {
 
     /// Round robin under shares: a replica at share s takes s of the turns
     /// it is offered (its credit grows by s a turn); the rest pass it by.
-    fn take_credit(&mut self, r: ReplicaId) -> bool {
+    fn take_credit(&mut self, r: ReplicaId, class: Class) -> bool {
+        let c = class.idx();
         let rep = &mut self.replicas[r];
-        if rep.share >= 1.0 {
+        if rep.share[c] >= 1.0 {
             return true;
         }
-        rep.credit += rep.share;
-        let granted = rep.credit >= 1.0;
+        rep.credit[c] += rep.share[c];
+        let granted = rep.credit[c] >= 1.0;
         if granted {
-            rep.credit -= 1.0;
+            rep.credit[c] -= 1.0;
         }
         granted
     }
 
-    /// Sets the share of new sessions `replica` may take (clamped to 0..=1;
-    /// 0 stops new sessions like a failure would); open sessions are untouched.
+    /// Sets the share of new sessions `replica` may take, for both classes
+    /// (clamped to 0..=1; 0 stops new sessions like a failure would); open
+    /// sessions are untouched.
     pub fn set_share(&mut self, replica: ReplicaId, share: f64) {
+        self.set_shares(replica, [share; 2]);
+    }
+
+    /// [`Self::set_share`] per class `[P, F]`.
+    pub fn set_shares(&mut self, replica: ReplicaId, shares: [f64; 2]) {
         let rep = &mut self.replicas[replica];
-        rep.share = share.clamp(0.0, 1.0);
-        rep.credit = 0.0;
+        let shares = shares.map(|s| s.clamp(0.0, 1.0));
+        if rep.share != shares {
+            rep.share = shares;
+            rep.credit = [0.0; 2];
+        }
+    }
+
+    /// The shares `[P, F]` of new sessions `replica` may take.
+    pub fn shares(&self, replica: ReplicaId) -> [f64; 2] {
+        self.replicas[replica].share
     }
 
     fn pick(&mut self, class: Class) -> Option<ReplicaId> {
         match self.cfg.strategy {
-            Strategy::Rr => self.round_robin(2, |_| true),
+            Strategy::Rr => self.round_robin(2, class, |_| true),
             Strategy::RrSplit => {
                 let want = Role::of(class);
-                self.round_robin(class.idx(), |r| r.role == want)
+                self.round_robin(class.idx(), class, |r| r.role == want)
             }
-            Strategy::Lc => self.least_loaded(|_| true),
+            Strategy::Lc => self.least_loaded(class, |_| true),
             Strategy::Plb => self.plb_admit(class),
         }
     }
@@ -259,12 +275,12 @@ impl Router {
         self.replicas.iter().filter(|r| r.healthy).count()
     }
 
-    fn round_robin(&mut self, cursor: usize, eligible: impl Fn(&Replica) -> bool) -> Option<ReplicaId> {
+    fn round_robin(&mut self, cursor: usize, class: Class, eligible: impl Fn(&Replica) -> bool) -> Option<ReplicaId> {
         let k = self.replicas.len();
         let start = self.cursors[cursor];
         let mut pick = None;
         for r in (0..k).map(|i| (start + i) % k) {
-            if self.replicas[r].open() && eligible(&self.replicas[r]) && self.take_credit(r) {
+            if self.replicas[r].open(class) && eligible(&self.replicas[r]) && self.take_credit(r, class) {
                 pick = Some(r);
                 break;
             }
@@ -274,29 +290,29 @@ impl Router {
         Some(pick)
     }
 
-    fn least_loaded(&self, eligible: impl Fn(&Replica) -> bool) -> Option<ReplicaId> {
+    fn least_loaded(&self, class: Class, eligible: impl Fn(&Replica) -> bool) -> Option<ReplicaId> {
         self.replicas
             .iter()
             .enumerate()
-            .filter(|(_, r)| r.open() && eligible(r))
-            .min_by(|(i, a), (j, b)| a.weighted_load().total_cmp(&b.weighted_load()).then(i.cmp(j)))
+            .filter(|(_, r)| r.open(class) && eligible(r))
+            .min_by(|(i, a), (j, b)| a.weighted_load(class).total_cmp(&b.weighted_load(class)).then(i.cmp(j)))
             .map(|(i, _)| i)
     }
 
     fn plb_admit(&mut self, class: Class) -> Option<ReplicaId> {
         let own = Role::of(class);
         let theta = self.cfg.theta;
-        if let Some(r) = self.least_loaded(|r| r.role == own && r.load() < theta) {
+        if let Some(r) = self.least_loaded(class, |r| r.role == own && r.load() < theta) {
             return Some(r);
         }
         let bounded = self.cfg.mixed_bounded;
-        if let Some(r) = self.least_loaded(|r| r.role == Role::M && (!bounded || r.load() < theta)) {
+        if let Some(r) = self.least_loaded(class, |r| r.role == Role::M && (!bounded || r.load() < theta)) {
             return Some(r);
         }
         if let Some(r) = self.borrow(class) {
             return Some(r);
         }
-        self.least_loaded(|r| r.role == own).or_else(|| self.least_loaded(|_| true))
+        self.least_loaded(class, |r| r.role == own).or_else(|| self.least_loaded(class, |_| true))
     }
 
     /// Step 3 of PLB admission: lend a replica of the other class's role.
@@ -307,15 +323,15 @@ impl Router {
             Class::P => {
                 // The F role must keep at least one unborrowed replica.
                 let unborrowed = self.count(|r| r.role == other && r.home.is_none());
-                let best = self.least_loaded(|r| r.role == other && r.home.is_none())?;
-                let own_best = self.least_loaded(|r| r.role == own).map(|r| self.replicas[r].load());
+                let best = self.least_loaded(class, |r| r.role == other && r.home.is_none())?;
+                let own_best = self.least_loaded(class, |r| r.role == own).map(|r| self.replicas[r].load());
                 let less_loaded = own_best.map_or(true, |l| self.replicas[best].load() < l);
                 (unborrowed >= 2 && less_loaded).then_some(best)
             }
             Class::F => {
                 let goal = self.goal();
                 let p_count = self.count(|r| r.role == Role::P);
-                let idle = self.least_loaded(|r| r.role == Role::P && r.home.is_none() && r.active[0] == 0)?;
+                let idle = self.least_loaded(class, |r| r.role == Role::P && r.home.is_none() && r.active[0] == 0)?;
                 (p_count > goal[Role::P.idx()]).then_some(idle)
             }
         }?;

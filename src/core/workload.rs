@@ -32,6 +32,9 @@ pub struct Workload {
     /// Degradation modes and priority admission (used with `--admission modes`).
     #[serde(default)]
     pub degradation: super::degradation::DegradationKnobs,
+    /// The health state machine's thresholds (used with `--detection suspicion`).
+    #[serde(default)]
+    pub health: super::health::HealthConfig,
     /// Query templates; each class needs at least one.
     pub query: Vec<QueryTemplate>,
 }
@@ -199,6 +202,7 @@ impl Workload {
             return Err(invalid("router.alpha", "must be in (0, 1]"));
         }
         self.degradation.validate().map_err(|(field, reason)| invalid(&field, reason))?;
+        self.health.validate().map_err(|(field, reason)| invalid(&field, reason))?;
         for (field, v) in [
             ("client.connect_timeout_ms", self.client.connect_timeout_ms),
             ("client.query_timeout_ms", self.client.query_timeout_ms),

@@ -691,6 +691,7 @@ mod tests {
                 alpha: 0.7,
                 detection: "probe".into(),
                 admission: "none".into(),
+                recovery: "none".into(),
             },
             environment: Environment {
                 plbbench_version: "0.1.0".into(),

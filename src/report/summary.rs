@@ -42,6 +42,9 @@ pub struct Settings {
     /// Admission layer in front of the strategy (`none` or `modes`).
     #[serde(default = "admission_none")]
     pub admission: String,
+    /// What plb does with a returning replica (`none` or `probation`).
+    #[serde(default = "admission_none")]
+    pub recovery: String,
 }
 
 fn admission_none() -> String {

@@ -1,0 +1,320 @@
+//! The router's view of replica health over time, one place for the
+//! simulator and the real driver (issue 9). Evidence (probe answers,
+//! refusals, timeouts, connection errors, query latency) goes in; the
+//! router's health flags and per-class shares, and the events to log, come
+//! out. Three detectors share it: the oracle (told of every fault), the
+//! probe detector of the paper's middleware (`core::detect`: a refusal
+//! removes a replica at once, timeouts only in a row) and the suspicion
+//! state machine (`core::health`). On top of any of them, `--recovery
+//! probation` ramps a returning replica: Premium may use it at once, while
+//! its Freemium share rises from 0 to 1 over the stability window, so the
+//! Premium work delayed by the outage drains before the Freemium backlog
+//! floods the new capacity. Pure: callers pass the time.
+
+use super::detect::{Detector, Probe};
+use super::health::{Evidence, Health, HealthConfig, HealthMachine};
+use super::model::{Class, ReplicaId};
+use super::router::Router;
+use clap::ValueEnum;
+use serde::{Deserialize, Serialize};
+
+/// What the router does with a replica that comes back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Recovery {
+    /// The paper's behaviour: full share at once (after the health machine's
+    /// probation, under `--detection suspicion`).
+    #[default]
+    None,
+    /// Premium first: Premium may use the returning replica at once; its
+    /// Freemium share ramps from 0 to 1 over the stability window.
+    Probation,
+}
+
+impl Recovery {
+    /// The name used on the command line and in files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Recovery::None => "none",
+            Recovery::Probation => "probation",
+        }
+    }
+}
+
+/// Which detector feeds the router.
+#[derive(Clone, Debug)]
+enum Detect {
+    /// Told of faults; evidence is ignored.
+    Oracle,
+    /// Probe answers, refusals and timeouts in a row (`core::detect`).
+    Probe(Detector),
+    /// The suspicion state machine, one per replica.
+    Suspicion(Vec<HealthMachine>),
+}
+
+/// One line for events.csv: kind, replica, detail.
+pub type Note = (&'static str, ReplicaId, String);
+
+/// The router's view of replica health; see the module doc.
+#[derive(Clone, Debug)]
+pub struct Watch {
+    detect: Detect,
+    recovery: Recovery,
+    window_s: f64,
+    /// Per replica, when its probation ramp began (under `Recovery::Probation`).
+    ramp: Vec<Option<f64>>,
+    /// `HealthConfig::budget_ms`.
+    budget_ms: f64,
+}
+
+impl Watch {
+    /// The oracle: the router is told of each fault by [`Self::told`].
+    pub fn oracle(replicas: usize, recovery: Recovery, cfg: HealthConfig) -> Watch {
+        Watch::with(Detect::Oracle, replicas, recovery, cfg)
+    }
+
+    /// The paper's probe detector.
+    pub fn probe(replicas: usize, recovery: Recovery, cfg: HealthConfig) -> Watch {
+        Watch::with(Detect::Probe(Detector::new(replicas)), replicas, recovery, cfg)
+    }
+
+    /// The suspicion state machine with `cfg`'s thresholds.
+    pub fn suspicion(replicas: usize, recovery: Recovery, cfg: HealthConfig) -> Watch {
+        Watch::with(Detect::Suspicion(vec![HealthMachine::new(cfg); replicas]), replicas, recovery, cfg)
+    }
+
+    fn with(detect: Detect, replicas: usize, recovery: Recovery, cfg: HealthConfig) -> Watch {
+        Watch { detect, recovery, window_s: cfg.stability_window_s, ramp: vec![None; replicas], budget_ms: cfg.budget_ms }
+    }
+
+    /// The deadline budget a query's latency is judged against, ms: the
+    /// configured one, or else the client's query timeout.
+    pub fn budget_ms(&self, query_timeout_ms: f64) -> f64 {
+        if self.budget_ms > 0.0 {
+            self.budget_ms
+        } else {
+            query_timeout_ms
+        }
+    }
+
+    /// Whether the oracle feeds the router (faults are told, not observed).
+    pub fn is_oracle(&self) -> bool {
+        matches!(self.detect, Detect::Oracle)
+    }
+
+    /// Whether query latency and client errors count as evidence.
+    pub fn uses_queries(&self) -> bool {
+        matches!(self.detect, Detect::Suspicion(_))
+    }
+
+    /// The state of `r`'s health machine, under suspicion.
+    pub fn state(&self, r: ReplicaId) -> Option<Health> {
+        match &self.detect {
+            Detect::Suspicion(m) => Some(m[r].state()),
+            _ => None,
+        }
+    }
+
+    /// The oracle tells the router that `r` is up or down now; `how` names
+    /// the source in events.csv. Ignored by the other detectors.
+    pub fn told(&mut self, router: &mut Router, r: ReplicaId, up: bool, now_s: f64, how: &str) -> Vec<Note> {
+        let mut notes = Vec::new();
+        if self.is_oracle() {
+            self.set_up(router, r, up, now_s, how, &mut notes);
+        }
+        notes
+    }
+
+    /// Folds one piece of evidence about `r`, seen at `now_s`; `how` names
+    /// its source for the probe detector's events (`probe`, `connection error`).
+    pub fn evidence(&mut self, router: &mut Router, r: ReplicaId, ev: Evidence, now_s: f64, how: &str) -> Vec<Note> {
+        let mut notes = Vec::new();
+        let verdict = match &mut self.detect {
+            Detect::Oracle => None,
+            Detect::Probe(d) => {
+                let probe = match ev {
+                    Evidence::ProbeOk { .. } => Probe::Ok,
+                    Evidence::Refused => Probe::Refused,
+                    Evidence::ProbeTimeout => Probe::Timeout,
+                    Evidence::ConnError | Evidence::Query { .. } => return notes,
+                };
+                d.observe(r, probe).map(|up| (up, how))
+            }
+            Detect::Suspicion(m) => m[r].observe(now_s, ev).map(|t| {
+                notes.push(("health", r, format!("{}->{} ({})", t.from, t.to, t.reason)));
+                (t.to != Health::Isolated, "health")
+            }),
+        };
+        if let Some((up, how)) = verdict {
+            self.set_up(router, r, up, now_s, how, &mut notes);
+        }
+        self.apply_shares(router, r, now_s, &mut notes);
+        notes
+    }
+
+    /// Lets time pass: probation windows end and ramps advance.
+    pub fn tick(&mut self, router: &mut Router, now_s: f64) -> Vec<Note> {
+        let mut notes = Vec::new();
+        for r in 0..self.ramp.len() {
+            if let Detect::Suspicion(m) = &mut self.detect {
+                if let Some(t) = m[r].tick(now_s) {
+                    notes.push(("health", r, format!("{}->{} ({})", t.from, t.to, t.reason)));
+                }
+            }
+            self.apply_shares(router, r, now_s, &mut notes);
+        }
+        notes
+    }
+
+    /// Marks `r` up or down in the router (logging a `detect` event when
+    /// that changes it); a replica that comes back starts its ramp.
+    fn set_up(&mut self, router: &mut Router, r: ReplicaId, up: bool, now_s: f64, how: &str, notes: &mut Vec<Note>) {
+        if router.is_healthy(r) == up {
+            return;
+        }
+        router.set_health(r, up);
+        notes.push(("detect", r, format!("{} ({how})", if up { "up" } else { "down" })));
+        self.ramp[r] = None;
+        if up && self.recovery == Recovery::Probation {
+            self.ramp[r] = Some(now_s);
+            notes.push(("recovery", r, format!("probation: Premium at once, Freemium ramps in over {} s", self.window_s)));
+        }
+    }
+
+    /// The shares `[P, F]` `r` may take now.
+    fn shares(&self, r: ReplicaId, now_s: f64) -> [f64; 2] {
+        let state = self.state(r);
+        let base = match &self.detect {
+            Detect::Suspicion(m) => m[r].share(),
+            _ => 1.0,
+        };
+        let ramping = self.ramp[r].filter(|_| matches!(state, None | Some(Health::Recovering | Health::Healthy)));
+        match ramping {
+            Some(t0) => [1.0, ramp(now_s - t0, self.window_s)],
+            None => [base; 2],
+        }
+    }
+
+    fn apply_shares(&mut self, router: &mut Router, r: ReplicaId, now_s: f64, notes: &mut Vec<Note>) {
+        if let Some(t0) = self.ramp[r] {
+            if now_s - t0 >= self.window_s || !router.is_healthy(r) {
+                self.ramp[r] = None;
+                notes.push(("recovery", r, "probation over".to_string()));
+            }
+        }
+        router.set_shares(r, self.shares(r, now_s));
+    }
+
+    /// The share of class `class` that `r` may take now (for tests and metrics).
+    pub fn share(&self, r: ReplicaId, class: Class, now_s: f64) -> f64 {
+        self.shares(r, now_s)[class.idx()]
+    }
+}
+
+/// The Freemium share `elapsed_s` into a ramp of `window_s`: 0 to 1, linear.
+fn ramp(elapsed_s: f64, window_s: f64) -> f64 {
+    if window_s <= 0.0 {
+        return 1.0;
+    }
+    (elapsed_s / window_s).clamp(0.0, 1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::router::{RouterConfig, Strategy};
+
+    fn router() -> Router {
+        Router::new(RouterConfig::for_tests(Strategy::Plb, [2, 1, 2]))
+    }
+
+    fn kinds(notes: &[Note]) -> Vec<&str> {
+        notes.iter().map(|n| n.0).collect()
+    }
+
+    #[test]
+    fn probe_detector_removes_on_refusal_and_restores_on_answer() {
+        let mut rt = router();
+        let mut w = Watch::probe(5, Recovery::None, HealthConfig::default());
+        let n = w.evidence(&mut rt, 1, Evidence::Refused, 1.0, "connection error");
+        assert_eq!(n, vec![("detect", 1, "down (connection error)".to_string())]);
+        assert!(!rt.is_healthy(1));
+        assert!(w.evidence(&mut rt, 1, Evidence::Query { ms: 1e9, budget_ms: 1.0 }, 2.0, "query").is_empty(), "latency is not the probe detector's evidence");
+        w.evidence(&mut rt, 1, Evidence::ProbeOk { ms: 1.0 }, 3.0, "probe");
+        assert!(rt.is_healthy(1));
+        assert_eq!(rt.shares(1), [1.0, 1.0], "no ramp without probation");
+    }
+
+    #[test]
+    fn oracle_ignores_evidence() {
+        let mut rt = router();
+        let mut w = Watch::oracle(5, Recovery::None, HealthConfig::default());
+        assert!(w.evidence(&mut rt, 0, Evidence::Refused, 1.0, "probe").is_empty());
+        assert!(rt.is_healthy(0));
+        assert_eq!(kinds(&w.told(&mut rt, 0, false, 2.0, "oracle")), ["detect"]);
+        assert!(!rt.is_healthy(0));
+    }
+
+    #[test]
+    fn probation_puts_premium_first_and_ramps_freemium() {
+        let cfg = HealthConfig { stability_window_s: 10.0, ..HealthConfig::default() };
+        let mut rt = router();
+        let mut w = Watch::probe(5, Recovery::Probation, cfg);
+        w.evidence(&mut rt, 0, Evidence::Refused, 1.0, "probe");
+        let n = w.evidence(&mut rt, 0, Evidence::ProbeOk { ms: 1.0 }, 20.0, "probe");
+        assert_eq!(kinds(&n), ["detect", "recovery"]);
+        assert_eq!(rt.shares(0), [1.0, 0.0], "Premium at once, no Freemium yet");
+        w.tick(&mut rt, 25.0);
+        assert_eq!(rt.shares(0), [1.0, 0.5]);
+        let n = w.tick(&mut rt, 30.0);
+        assert_eq!(n, vec![("recovery", 0, "probation over".to_string())]);
+        assert_eq!(rt.shares(0), [1.0, 1.0]);
+    }
+
+    #[test]
+    fn a_freemium_share_of_zero_sends_freemium_elsewhere() {
+        let mut rt = router();
+        let mut w = Watch::probe(5, Recovery::Probation, HealthConfig::default());
+        // r3 (Mixed) fails and returns: it is Mixed again, the least loaded.
+        w.evidence(&mut rt, 2, Evidence::Refused, 1.0, "probe");
+        w.evidence(&mut rt, 2, Evidence::ProbeOk { ms: 1.0 }, 2.0, "probe");
+        for _ in 0..30 {
+            assert_ne!(rt.admit(Class::F), Some(2), "Freemium waits for the ramp");
+        }
+        assert!((0..25).any(|_| rt.admit(Class::P) == Some(2)), "Premium may use it at once (once the P role is at theta)");
+    }
+
+    #[test]
+    fn suspicion_logs_every_transition_and_probation_replaces_the_flat_share() {
+        let cfg = HealthConfig { stability_window_s: 4.0, ..HealthConfig::default() };
+        let mut rt = router();
+        let mut w = Watch::suspicion(5, Recovery::Probation, cfg);
+        let mut notes = Vec::new();
+        for t in 0..3 {
+            notes.extend(w.evidence(&mut rt, 1, Evidence::ProbeTimeout, f64::from(t), "probe"));
+        }
+        assert_eq!(kinds(&notes), ["health", "health", "detect"]);
+        assert_eq!(notes[1].2, "SUSPECT->ISOLATED (timeouts in a row)");
+        assert!(!rt.is_healthy(1));
+        let n = w.evidence(&mut rt, 1, Evidence::ProbeOk { ms: 1.0 }, 10.0, "probe");
+        assert_eq!(kinds(&n), ["health", "detect", "recovery"]);
+        assert_eq!(w.state(1), Some(Health::Recovering));
+        assert_eq!(rt.shares(1), [1.0, 0.0]);
+        w.tick(&mut rt, 12.0);
+        assert_eq!(rt.shares(1), [1.0, 0.5]);
+        let n = w.tick(&mut rt, 14.0);
+        assert_eq!(kinds(&n), ["health", "recovery"]);
+        assert_eq!(w.state(1), Some(Health::Healthy));
+        assert_eq!(rt.shares(1), [1.0, 1.0]);
+    }
+
+    #[test]
+    fn without_probation_recovering_gets_the_flat_probation_share() {
+        let cfg = HealthConfig::default();
+        let mut rt = router();
+        let mut w = Watch::suspicion(5, Recovery::None, cfg);
+        w.evidence(&mut rt, 1, Evidence::Refused, 0.0, "probe");
+        w.evidence(&mut rt, 1, Evidence::ProbeOk { ms: 1.0 }, 5.0, "probe");
+        assert_eq!(rt.shares(1), [cfg.probation_share; 2]);
+    }
+}
