@@ -48,7 +48,8 @@ pub const DRAIN: Duration = Duration::from_secs(2);
 /// A message to the collector task.
 enum Msg {
     Query(QueryRecord),
-    Started(Class),
+    /// A session the router admitted: class, replica, run time.
+    Started(Class, ReplicaId, f64),
     Ended(SessionRecord),
     Event(f64, &'static str, Option<ReplicaId>, String),
     Sample(f64, Vec<ReplicaSample>),
@@ -409,7 +410,7 @@ async fn collect(mut rx: mpsc::UnboundedReceiver<Msg>, mut col: Collector) -> (C
     while let Some(m) = rx.recv().await {
         match m {
             Msg::Query(q) => col.query(q),
-            Msg::Started(c) => col.session_started(c),
+            Msg::Started(c, r, t) => col.session_started(c, r, t),
             Msg::Ended(s) => col.session_ended(s),
             Msg::Event(t, kind, r, detail) => col.event(t, kind, r, detail),
             Msg::Sample(t, s) => col.sample(t, &s),
@@ -469,7 +470,7 @@ async fn client(ctx: Arc<Ctx>, id: u32, mut script: Client) -> Option<Class> {
             intended = ctx.now() + w.client.backoff_ms as f64 / 1000.0;
             continue;
         };
-        ctx.send(Msg::Started(class));
+        ctx.send(Msg::Started(class, r, ctx.now()));
         let queries = resume.take().unwrap_or_else(|| script.session_len(&w));
         let end = session(&ctx, &mut script, r, queries, intended).await;
         ctx.router.lock().expect("router lock").release(r, class);
@@ -482,7 +483,7 @@ async fn client(ctx: Arc<Ctx>, id: u32, mut script: Client) -> Option<Class> {
                 Some(why.to_string())
             }
         };
-        ctx.send(Msg::Ended(SessionRecord { class, start_s: intended, end_s: now, abort: abort.clone() }));
+        ctx.send(Msg::Ended(SessionRecord { class, replica: r, start_s: intended, end_s: now, abort: abort.clone() }));
         intended = if abort.is_some() { now + w.client.backoff_ms as f64 / 1000.0 } else { now + script.between_s(&w) };
     }
 }

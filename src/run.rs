@@ -177,6 +177,7 @@ fn summarise(
         interrupted_by: outcome.interrupted_by.clone(),
         stop_overrun_s: outcome.stop_overrun_s.map(|s| (s * 1000.0).round() / 1000.0),
         recovery: crate::core::recovery::of_run(&plan.faults, m, plan.router.replicas),
+        detector: Some(crate::core::recovery::suspicions_of_run(&plan.faults, m, plan.router.replicas)),
         generator: outcome.generator.clone(),
     }
 }

@@ -352,7 +352,7 @@ impl Sim<'_, '_> {
     fn begin(&mut self, i: usize, r: ReplicaId, resume: Option<u32>) {
         let class = self.clients[i].script.class;
         self.sessions += 1;
-        self.col.session_started(class);
+        self.col.session_started(class, r, self.now);
         let w = self.input.workload;
         let c = &mut self.clients[i];
         c.session = self.sessions;
@@ -479,7 +479,7 @@ impl Sim<'_, '_> {
         let now = self.now;
         let c = &mut self.clients[i];
         let class = c.script.class;
-        self.col.session_ended(SessionRecord { class, start_s: c.session_start, end_s: now, abort: abort.map(String::from) });
+        self.col.session_ended(SessionRecord { class, replica: r, start_s: c.session_start, end_s: now, abort: abort.map(String::from) });
         // A broken session's client retries the failed query and the rest
         // of its work in a new session after a backoff.
         let resume = match c.state {

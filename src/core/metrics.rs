@@ -34,6 +34,8 @@ pub struct QueryRecord {
 pub struct SessionRecord {
     /// Class.
     pub class: Class,
+    /// Replica the router had placed it on.
+    pub replica: ReplicaId,
     /// When the session's first query was due (its intended start).
     pub start_s: f64,
     /// When it closed or broke.
@@ -100,6 +102,17 @@ impl ClassAgg {
     }
 }
 
+/// Sessions the router placed on one replica in one second, and sessions
+/// that aborted there (each aborted session is retried by its client):
+/// the recovery ledger's "sessions shifted" and "retries created".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Flow {
+    /// Sessions started on the replica.
+    pub started: u32,
+    /// Sessions that ended aborted on the replica.
+    pub aborted: u32,
+}
+
 #[derive(Clone)]
 struct SecondAgg {
     completed: u64,
@@ -116,6 +129,8 @@ pub struct Collector {
     cpus: f64,
     per_phase: Vec<[ClassAgg; 2]>,
     seconds: Vec<[SecondAgg; 2]>,
+    /// Per second, per replica.
+    flow: Vec<Vec<Flow>>,
     replica_rows: Vec<ReplicaRow>,
     cpu_series: Vec<Vec<(f64, f64)>>,
     events: Vec<EventRow>,
@@ -227,6 +242,10 @@ pub struct RunMetrics {
     /// Per second, the longest wait of a query started then (either class).
     #[serde(skip)]
     pub backlog: Vec<(f64, Option<f64>)>,
+    /// Per second (index = second), per replica (index = replica id):
+    /// session starts and aborts, for the recovery ledger.
+    #[serde(skip)]
+    pub flow: Vec<Vec<Flow>>,
     pub sessions_started: [u64; 2],
     pub sessions_in_flight: [u64; 2],
     pub abort_reasons: Vec<(Class, String, u64)>,
@@ -270,6 +289,7 @@ impl Collector {
             phases,
             cpus,
             seconds: (0..secs).map(|_| [second(), second()]).collect(),
+            flow: vec![vec![Flow::default(); replicas]; secs],
             replica_rows: Vec::new(),
             cpu_series: vec![Vec::new(); replicas],
             events: Vec::new(),
@@ -339,14 +359,30 @@ impl Collector {
         }
     }
 
-    /// Counts a session as started.
-    pub fn session_started(&mut self, class: Class) {
-        self.sessions_started[class.idx()] += 1;
+    /// The flow cell of replica `r` in the second of `t_s`.
+    fn flow_at(&mut self, t_s: f64, r: ReplicaId) -> &mut Flow {
+        let sec = self.second(t_s);
+        let row = &mut self.flow[sec];
+        if row.len() <= r {
+            row.resize(r + 1, Flow::default());
+        }
+        &mut row[r]
     }
 
-    /// Counts an ended session in the phase of its end.
+    /// Counts a session as started at `t_s` on replica `r` (the moment the
+    /// router admitted it there).
+    pub fn session_started(&mut self, class: Class, r: ReplicaId, t_s: f64) {
+        self.sessions_started[class.idx()] += 1;
+        self.flow_at(t_s, r).started += 1;
+    }
+
+    /// Counts an ended session in the phase of its end (and, if aborted,
+    /// in its replica's aborts of that second).
     pub fn session_ended(&mut self, s: SessionRecord) {
         self.last_record_s = self.last_record_s.max(s.end_s);
+        if s.abort.is_some() {
+            self.flow_at(s.end_s, s.replica).aborted += 1;
+        }
         let agg = &mut self.per_phase[locate(&self.phases, s.end_s)][s.class.idx()];
         match s.abort {
             None => {
@@ -545,6 +581,7 @@ impl Collector {
             phases,
             timeseries,
             backlog,
+            flow: self.flow,
             replicas: self.replica_rows,
             replica_cpu,
             events: self.events,
@@ -667,13 +704,13 @@ mod tests {
     #[test]
     fn unaccounted_sessions_fail_the_check() {
         let mut c = collector();
-        c.session_started(Class::F);
-        c.session_started(Class::F);
-        c.session_ended(SessionRecord { class: Class::F, start_s: 1.0, end_s: 3.0, abort: None });
+        c.session_started(Class::F, 0, 1.0);
+        c.session_started(Class::F, 0, 1.0);
+        c.session_ended(SessionRecord { class: Class::F, replica: 0, start_s: 1.0, end_s: 3.0, abort: None });
         let m = c.finish(&|_, _| true, [0, 0]);
         assert!(m.check_accounting().unwrap_err().0.contains("2 sessions started"));
         let mut c = collector();
-        c.session_started(Class::F);
+        c.session_started(Class::F, 1, 2.0);
         let m = c.finish(&|_, _| true, [0, 1]);
         m.check_accounting().unwrap();
     }
@@ -699,6 +736,22 @@ mod tests {
         c.queued(Class::P);
         let m = c.finish(&|_, _| true, [0, 0]);
         assert!(m.check_accounting().unwrap_err().0.contains("joined the admission queue"), "a lost waiter fails");
+    }
+
+    #[test]
+    fn session_starts_and_aborts_are_binned_per_second_and_replica() {
+        let mut c = collector();
+        c.session_started(Class::P, 0, 3.2);
+        c.session_started(Class::F, 0, 3.9);
+        c.session_started(Class::F, 1, 4.0);
+        c.session_ended(SessionRecord { class: Class::P, replica: 0, start_s: 3.2, end_s: 7.5, abort: Some("replica down".into()) });
+        c.session_ended(SessionRecord { class: Class::F, replica: 0, start_s: 3.9, end_s: 7.6, abort: None });
+        let m = c.finish(&|_, _| true, [0, 1]);
+        assert_eq!(m.flow.len(), 20, "one row per second of the 20 s run");
+        assert_eq!(m.flow[3], vec![Flow { started: 2, aborted: 0 }, Flow::default()]);
+        assert_eq!(m.flow[4][1].started, 1);
+        assert_eq!(m.flow[7][0], Flow { started: 0, aborted: 1 }, "only the aborted session counts as a retry");
+        m.check_accounting().unwrap();
     }
 
     #[test]

@@ -58,6 +58,8 @@ struct Page {
     events: Vec<EventView>,
     /// The recovery ledger, one entry per Down or Pause (issue 9).
     recovery: Vec<crate::core::recovery::Entry>,
+    /// The run's suspicions and false suspicions, when recorded.
+    detector: Option<crate::core::recovery::Suspicions>,
     accounting: Vec<AccountView>,
     verdicts: Vec<Verdict>,
 }
@@ -273,6 +275,7 @@ impl Page {
             charts: chart_views(s, m, phases, &names, &frame)?,
             events: event_views(events),
             recovery: s.recovery.clone(),
+            detector: s.detector.clone(),
             accounting: accounting(&s.accounting, phases),
             verdicts: s.verdicts.clone(),
         })
@@ -655,6 +658,7 @@ mod tests {
             .collect::<Vec<_>>();
         let metrics = RunMetrics {
             backlog: Vec::new(),
+            flow: Vec::new(),
             phases: phases.clone(),
             timeseries,
             replicas: replica_rows(),
@@ -734,7 +738,11 @@ mod tests {
                 premium_p95_back_s: Some(63.0),
                 freemium_p95_back_s: None,
                 backlog_drained_s: Some(61.0),
+                full_service_s: Some(70.5),
+                sessions_shifted: Some(1234),
+                retries: Some(57),
             }],
+            detector: Some(crate::core::recovery::Suspicions { suspicions: 9, false_suspicions: 3, false_removals: 1 }),
             generator: None,
         };
         (summary, metrics)
@@ -770,6 +778,41 @@ mod tests {
         for cell in ["r1", "Down", "90", "150", "0.25", "60.5", "63", "61", "not within the run"] {
             assert!(ledger.contains(cell), "missing {cell} in {ledger}");
         }
+        for head in ["full service", "sessions shifted", "retries"] {
+            assert!(ledger.contains(&format!("<th class=\"num\">{head}</th>")), "missing column {head}");
+        }
+        for cell in ["70.5", "1234", "57"] {
+            assert!(ledger.contains(&format!(">{cell}</td>")), "missing cell {cell} in {ledger}");
+        }
+        let line = &ledger[ledger.find(r#"id="false-suspicions""#).expect("false-suspicion line")..];
+        assert!(line.contains("False suspicions: 3</strong> of 9 suspicions; false removals: 1."), "{line}");
+    }
+
+    #[test]
+    fn a_summary_json_from_before_the_traffic_figures_still_loads() {
+        let (s, _) = synthetic(false, "w");
+        let mut v = serde_json::to_value(&s).unwrap();
+        v.as_object_mut().unwrap().remove("detector").expect("written");
+        for k in ["full_service_s", "sessions_shifted", "retries"] {
+            v["recovery"][0].as_object_mut().unwrap().remove(k).expect("written");
+        }
+        let old: Summary = serde_json::from_value(v).expect("older summary.json loads");
+        assert_eq!(old.detector, None);
+        assert_eq!((old.recovery[0].sessions_shifted, old.recovery[0].retries), (None, None));
+        assert_eq!(old.recovery[0].detect_s, Some(0.25));
+    }
+
+    #[test]
+    fn a_summary_from_before_the_traffic_figures_renders_dashes() {
+        let (mut s, m) = synthetic(false, "w");
+        s.detector = None;
+        let e = &mut s.recovery[0];
+        (e.full_service_s, e.sessions_shifted, e.retries) = (None, None, None);
+        let html = render(&s, &m).unwrap();
+        let ledger = &html[html.find(r#"id="recovery""#).unwrap()..];
+        let ledger = &ledger[..ledger.find("</section>").unwrap()];
+        assert_eq!(ledger.matches(r#"<td class="num">–</td>"#).count(), 2, "{ledger}");
+        assert!(!ledger.contains("false-suspicions"));
     }
 
     #[test]

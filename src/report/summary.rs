@@ -135,6 +135,11 @@ pub struct Summary {
     /// The recovery ledger: one entry per Down or Pause (issue 9).
     #[serde(default)]
     pub recovery: Vec<crate::core::recovery::Entry>,
+    /// How often the detector suspected or removed a replica, and how many
+    /// of those had no fault open: false suspicions (issue 9). `None` in a
+    /// summary.json from before this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detector: Option<crate::core::recovery::Suspicions>,
     /// Real backends: plbbench's own CPU, schedule lag and memory, and
     /// whether the generator was saturated (issue 7's guard).
     #[serde(default, skip_serializing_if = "Option::is_none")]
