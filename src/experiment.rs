@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 pub mod figures;
+pub mod recovery;
 pub use figures::{figures, render_figures, Figures};
 
 /// `plbbench experiment`: the grid, the repeats and the flags passed through
@@ -440,6 +441,8 @@ pub fn experiment(args: ExperimentArgs) -> Result<(), Error> {
     let figures = figures(&summaries.iter().map(|(s, _)| s.clone()).collect::<Vec<_>>());
     write_atomic(&root.join("experiment.json"), &(serde_json::to_string_pretty(&file).context("experiment.json")? + "\n"))?;
     write_atomic(&root.join("experiment.csv"), &experiment_csv(&file.cells).context("experiment.csv")?)?;
+    let all: Vec<Summary> = summaries.iter().map(|(s, _)| s.clone()).collect();
+    write_atomic(&root.join("recovery.csv"), &recovery::csv(&recovery::rows(&all)).context("recovery.csv")?)?;
     write_atomic(&root.join("figures.json"), &(serde_json::to_string_pretty(&figures).context("figures.json")? + "\n"))?;
     let page = crate::report::experiment_html::render(&file, &figures).context("rendering the experiment's report.html")?;
     std::fs::create_dir_all(root.join("figures")).with_context(|| format!("cannot create {}/figures", root.display()))?;

@@ -216,3 +216,51 @@ fn bad_grid_exits_2_naming_the_flag_before_any_run() {
         assert!(!root.exists(), "{extra:?}: nothing written before the grid is valid");
     }
 }
+
+/// The issue-9 axes: `--detections` and `--recovery` name their runs and
+/// cells by variant (probation only for plb), and recovery.csv holds the
+/// ledger's medians across repeats, one row per fault of the schedule.
+#[test]
+fn detection_and_recovery_axes_and_the_ledger_across_repeats() {
+    let out = tmp("axes");
+    let o = plbbench(&[
+        "experiment", "--cluster", "sim", "--strategies", "plb,rr", "--mixes", "25:75", "--faults", "cascade",
+        "--detections", "probe,suspicion", "--recovery", "none,probation", "--repeat", "2", "--T", "300",
+        "--out", out.to_str().unwrap(), "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut runs: Vec<String> =
+        std::fs::read_dir(out.join("runs")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    runs.sort();
+    let want = ["plb", "plb+probation", "plb+suspicion", "plb+suspicion+probation", "rr", "rr+suspicion"];
+    let mut expect: Vec<String> = (1..=2).flat_map(|k| want.iter().map(move |v| format!("cascade-25-75-{v}-r{k}"))).collect();
+    expect.sort();
+    assert_eq!(runs, expect, "probation is a plb policy: no rr+probation runs");
+    let text = std::fs::read_to_string(out.join("recovery.csv")).unwrap();
+    let mut rows = csv::Reader::from_reader(text.as_bytes());
+    let header = rows.headers().unwrap().clone();
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap_or_else(|| panic!("no {name} in {header:?}"));
+    let rows: Vec<csv::StringRecord> = rows.records().map(|r| r.unwrap()).collect();
+    for v in want {
+        let mine: Vec<&csv::StringRecord> = rows.iter().filter(|r| &r[col("strategy")] == v).collect();
+        let what: Vec<&str> = mine.iter().map(|r| &r[col("what")]).collect();
+        assert_eq!(what, ["r1 Down", "r2 Down", "detector"], "{v}: one row per fault, then the detector's");
+        assert!(mine.iter().all(|r| &r[col("runs")] == "2"));
+        // Every Down is detected in every repeat, and the median lies
+        // between the quartiles.
+        let first = mine[0];
+        assert_eq!(&first[col("detect_s_n")], "2", "{v}");
+        let num = |c: &str| first[col(c)].parse::<f64>().unwrap();
+        assert!(num("detect_s_q1") <= num("detect_s_median") && num("detect_s_median") <= num("detect_s_q3"));
+    }
+    // The medians agree with the runs' own ledgers.
+    let ledger = |run: &str| -> f64 {
+        let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("runs").join(run).join("summary.json")).unwrap()).unwrap();
+        s["recovery"][0]["detect_s"].as_f64().unwrap()
+    };
+    let (a, b) = (ledger("cascade-25-75-plb+suspicion-r1"), ledger("cascade-25-75-plb+suspicion-r2"));
+    let row = rows.iter().find(|r| &r[col("strategy")] == "plb+suspicion" && &r[col("index")] == "1").unwrap();
+    let median: f64 = row[col("detect_s_median")].parse().unwrap();
+    assert!((median - (a + b) / 2.0).abs() < 1e-3, "median {median} of {a} and {b}");
+    let _ = std::fs::remove_dir_all(out);
+}
