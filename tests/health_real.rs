@@ -2,10 +2,11 @@
 //! local cluster: heavy load alone removes no replica, and a SIGSTOPped
 //! replica walks SUSPECT -> ISOLATED -> RECOVERING -> HEALTHY with every
 //! transition in events.csv, at times the faults allow, with the recovery
-//! policy's probation logged too. The slow-replica test lives with the Slow
-//! fault (tests/local_faults.rs).
+//! policy's probation logged too; and a replica slowed to a twentieth of
+//! its CPU budget is demoted (SUSPECT -> DEGRADED) while it answers, never
+//! removed.
 //!
-//! Needs PostgreSQL (see tests/common); about 1.5 minutes.
+//! Needs PostgreSQL (see tests/common); about 2.5 minutes.
 
 mod common;
 use common::have_postgres;
@@ -87,4 +88,42 @@ fn a_paused_replica_is_suspected_isolated_and_recovered_on_probation() {
     let entry = ledger.iter().find(|e| e["replica"] == "r1").expect("a ledger entry for r1");
     let isolate_s = entry["isolate_s"].as_f64().expect("isolate_s");
     assert!((isolate_s - (isolated - pause)).abs() < 0.01, "ledger isolate_s {isolate_s} vs events {}", isolated - pause);
+}
+
+#[test]
+fn a_slow_replica_is_demoted_not_removed() {
+    if !have_postgres() {
+        return;
+    }
+    let _one = serial();
+    let sb = Sandbox::new("health-slow");
+    // The default workload with a stated deadline budget of 1 s per query
+    // (slow = over half of it). A Premium query costs 6 ms of CPU: 20 ms on
+    // r1's 0.3 cores, 400 ms alone on a twentieth of them, seconds once a
+    // few sessions share it.
+    let workload = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/workloads/analytics.toml")).unwrap();
+    let workload_file = sb.root.join("budget.toml");
+    std::fs::write(&workload_file, format!("{workload}\n[health]\nbudget_ms = 1000\n")).unwrap();
+    let faults = sb.root.join("slow.toml");
+    std::fs::write(
+        &faults,
+        "[[event]]\nt_s = 120\nreplica = \"r1\"\naction = \"slow\"\nfraction = 0.05\n\
+         [[event]]\nt_s = 210\nreplica = \"r1\"\naction = \"restore\"\n",
+    )
+    .unwrap();
+    let f = run(&sb, faults.to_str().unwrap(), &["--workload", workload_file.to_str().unwrap(), "--time-scale", "0.15"]);
+    let (slow, restore) = (18.0, 31.5);
+    let r1: Vec<(f64, String)> = health(&f).into_iter().filter(|(_, r, _)| r == "r1").map(|(t, _, d)| (t, d)).collect();
+    let degraded = r1
+        .iter()
+        .find(|(t, d)| *t >= slow && d.starts_with("SUSPECT->DEGRADED"))
+        .map(|(t, _)| *t)
+        .unwrap_or_else(|| panic!("r1 was never demoted while slow: {r1:?}"));
+    assert!(degraded < restore, "demoted at {degraded}, before the restore at {restore}");
+    assert!(r1.iter().all(|(_, d)| !d.contains("->ISOLATED")), "a slow replica that answers is never removed: {r1:?}");
+    assert!(f.events.iter().all(|e| !(e["kind"] == "detect" && e["replica"] == "r1")), "r1 stayed in the router's view");
+    let ledger = f.summary["recovery"].as_array().expect("recovery ledger");
+    let entry = ledger.iter().find(|e| e["replica"] == "r1").expect("a ledger entry for the Slow");
+    assert!(entry["detect_s"].as_f64().is_some_and(|d| d < restore - slow), "detected within the slow window: {entry}");
+    assert!(entry["isolate_s"].is_null(), "never isolated: {entry}");
 }
