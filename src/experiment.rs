@@ -583,22 +583,27 @@ fn experiment_file(args: &ExperimentArgs, grid: &[GridRun], summaries: &[(Summar
     }
 }
 
+/// A cell's key: fault, mix and strategy variant.
+pub type CellKey = (String, String, String);
+
+/// The runs of each cell, cells in order of first appearance. Pure.
+pub fn by_cell(summaries: &[Summary]) -> Vec<(CellKey, Vec<&Summary>)> {
+    let mut cells: Vec<(CellKey, Vec<&Summary>)> = Vec::new();
+    for s in summaries {
+        let k = (s.settings.faults.clone(), s.settings.mix.clone(), s.settings.strategy.clone());
+        match cells.iter_mut().find(|(c, _)| *c == k) {
+            Some((_, runs)) => runs.push(s),
+            None => cells.push((k, vec![s])),
+        }
+    }
+    cells
+}
+
 /// Medians and quartiles across repeats per (fault, mix, strategy, phase,
 /// class), in order of first appearance; the warm-up is left out. Pure.
 pub fn aggregate(summaries: &[Summary]) -> Vec<CellRow> {
-    let mut keys: Vec<(String, String, String)> = Vec::new();
-    for s in summaries {
-        let k = (s.settings.faults.clone(), s.settings.mix.clone(), s.settings.strategy.clone());
-        if !keys.contains(&k) {
-            keys.push(k);
-        }
-    }
     let mut rows = Vec::new();
-    for (fault, mix, strategy) in keys {
-        let group: Vec<&Summary> = summaries
-            .iter()
-            .filter(|s| s.settings.faults == fault && s.settings.mix == mix && s.settings.strategy == strategy)
-            .collect();
+    for ((fault, mix, strategy), group) in by_cell(summaries) {
         let mut phases: Vec<(String, usize)> = Vec::new();
         for r in group.iter().flat_map(|s| &s.phases).filter(|r| r.phase != WARMUP) {
             if !phases.iter().any(|(p, _)| *p == r.phase) {

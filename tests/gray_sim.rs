@@ -4,6 +4,8 @@
 //! nothing until Heal, and is detected like a paused one. Every gray fault
 //! gets its phase and its recovery-ledger entry.
 
+mod common;
+use common::run::{cpu_mean as cpu, num, Row};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -17,25 +19,8 @@ fn run(name: &str, extra: &[&str]) -> PathBuf {
     out
 }
 
-type Row = std::collections::HashMap<String, String>;
-
 fn rows(dir: &Path, file: &str) -> Vec<Row> {
     csv::Reader::from_path(dir.join(file)).unwrap().deserialize().map(|r| r.unwrap()).collect()
-}
-
-fn num(r: &Row, col: &str) -> f64 {
-    r[col].parse().unwrap_or_else(|_| panic!("{col} in {r:?}"))
-}
-
-/// Mean `cpu_fraction` of `replica` over the samples in `[from, to)`.
-fn cpu(replicas: &[Row], replica: &str, from: f64, to: f64) -> f64 {
-    let v: Vec<f64> = replicas
-        .iter()
-        .filter(|r| r["replica"] == replica && (from..to).contains(&num(r, "t_s")) && !r["cpu_fraction"].is_empty())
-        .map(|r| num(r, "cpu_fraction"))
-        .collect();
-    assert!(!v.is_empty(), "no CPU samples of {replica} in [{from}, {to})");
-    v.iter().sum::<f64>() / v.len() as f64
 }
 
 /// (count, mean service ms) of successful queries on `replica` started in `[from, to)`.

@@ -117,16 +117,6 @@ const SLOW_R4: &str = "[[event]]\nt_s = 120\nreplica = \"r4\"\naction = \"slow\"
                        [[event]]\nt_s = 210\nreplica = \"r4\"\naction = \"restore\"\n";
 
 /// Mean `cpu_fraction` of `replica` over the seconds in `[from, to)`.
-fn cpu_mean(f: &Folder, replica: &str, from: f64, to: f64) -> f64 {
-    let v: Vec<f64> = f
-        .replicas
-        .iter()
-        .filter(|r| r["replica"] == replica && (from..to).contains(&num(r, "t_s")) && !r["cpu_fraction"].is_empty())
-        .map(|r| num(r, "cpu_fraction"))
-        .collect();
-    assert!(!v.is_empty(), "no CPU samples of {replica} in [{from}, {to})");
-    v.iter().sum::<f64>() / v.len() as f64
-}
 
 #[test]
 fn a_slow_replica_runs_on_its_fraction_of_the_budget_until_restore() {
@@ -148,10 +138,10 @@ fn a_slow_replica_runs_on_its_fraction_of_the_budget_until_restore() {
     if enforced {
         // Slow at 12 s, Restore at 21 s; the first second of each window
         // is left out (the sample spans the change).
-        let before = cpu_mean(&f, "r4", 7.0, 12.0);
-        let during = cpu_mean(&f, "r4", 13.0, 21.0);
-        let after = cpu_mean(&f, "r4", 22.0, 30.0);
-        let others = ["r3", "r5"].map(|r| cpu_mean(&f, r, 13.0, 21.0));
+        let before = cpu_mean(&f.replicas, "r4", 7.0, 12.0);
+        let during = cpu_mean(&f.replicas, "r4", 13.0, 21.0);
+        let after = cpu_mean(&f.replicas, "r4", 22.0, 30.0);
+        let others = ["r3", "r5"].map(|r| cpu_mean(&f.replicas, r, 13.0, 21.0));
         eprintln!("r4 cpu fraction: before {before:.3}, slow {during:.3}, after {after:.3}; r3, r5 while r4 slow: {others:?}");
         assert!(during <= 0.2 * 1.15, "r4 used {during:.3} of C under a 0.2 quota");
         assert!(before > 2.0 * during && after > 2.0 * during, "r4: {before:.3} before, {during:.3} slow, {after:.3} after");

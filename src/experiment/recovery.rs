@@ -57,17 +57,8 @@ fn figure(e: &Entry, name: &str) -> Option<f64> {
 
 /// The rows of every cell, in order of first appearance.
 pub fn rows(summaries: &[Summary]) -> Vec<Row> {
-    let mut keys: Vec<(String, String, String)> = Vec::new();
-    for s in summaries {
-        let k = (s.settings.faults.clone(), s.settings.mix.clone(), s.settings.strategy.clone());
-        if !keys.contains(&k) {
-            keys.push(k);
-        }
-    }
     let mut out = Vec::new();
-    for (fault, mix, strategy) in keys {
-        let group: Vec<&Summary> =
-            summaries.iter().filter(|s| s.settings.faults == fault && s.settings.mix == mix && s.settings.strategy == strategy).collect();
+    for ((fault, mix, strategy), group) in super::by_cell(summaries) {
         let row = |index: usize, what: String, spreads: Vec<Spread>| Row {
             fault: fault.clone(),
             mix: mix.clone(),

@@ -445,6 +445,17 @@ pub fn read_csv(dir: &Path, name: &str) -> Vec<Row> {
     r.deserialize().map(|row| row.unwrap()).collect()
 }
 
+/// Mean `cpu_fraction` of `replica` over the replicas.csv samples in `[from, to)`.
+pub fn cpu_mean(replicas: &[Row], replica: &str, from: f64, to: f64) -> f64 {
+    let v: Vec<f64> = replicas
+        .iter()
+        .filter(|r| r["replica"] == replica && (from..to).contains(&num(r, "t_s")) && !r["cpu_fraction"].is_empty())
+        .map(|r| num(r, "cpu_fraction"))
+        .collect();
+    assert!(!v.is_empty(), "no CPU samples of {replica} in [{from}, {to})");
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
 pub fn num(row: &Row, col: &str) -> f64 {
     row[col]
         .parse()
