@@ -182,7 +182,11 @@ enum Signal {
     Timeout,
     /// Slow, and why (`slow answer`, `slow to connect`).
     Slow(&'static str),
+    /// A query answered in time.
     Fast,
+    /// A probe answered: the server is alive, which says nothing about
+    /// whether it is slow (a trivial probe is fast on a starved replica).
+    Alive,
 }
 
 impl HealthMachine {
@@ -210,7 +214,7 @@ impl HealthMachine {
             // the prober's own timeouts (one observer, one per interval)
             // count toward isolation.
             Evidence::ConnError => Signal::Slow("slow to connect"),
-            Evidence::ProbeOk { .. } => Signal::Fast,
+            Evidence::ProbeOk { .. } => Signal::Alive,
             Evidence::Query { ms, budget_ms } if ms > budget_ms * self.cfg.slow_fraction => Signal::Slow("slow answer"),
             Evidence::Query { .. } => Signal::Fast,
         }
@@ -254,6 +258,14 @@ impl HealthMachine {
                 self.slow = 0;
                 self.timeouts = 0;
             }
+            Signal::Alive => {
+                // Clears a suspicion raised by timeouts; one raised by
+                // slowness needs fast answers to the clients.
+                self.timeouts = 0;
+                if self.slow == 0 {
+                    self.fast += 1;
+                }
+            }
         }
     }
 
@@ -261,7 +273,7 @@ impl HealthMachine {
         use Health::*;
         let c = &self.cfg;
         match (self.state, signal) {
-            (Isolated, Signal::Fast) => Some((Recovering, "answering again")),
+            (Isolated, Signal::Alive) => Some((Recovering, "answering again")),
             (Isolated, _) => None,
             (_, Signal::Gone) => Some((Isolated, "connection refused")),
             (_, Signal::Timeout) if self.timeouts >= c.timeouts_to_isolate => Some((Isolated, "timeouts in a row")),
@@ -270,8 +282,8 @@ impl HealthMachine {
             (Healthy, Signal::Timeout) => Some((Suspect, "timeout")),
             (Healthy, Signal::Slow(why)) => Some((Suspect, why)),
             (Suspect, Signal::Slow(_)) if self.slow >= c.slow_to_degrade => Some((Degraded, "slow answers in a row")),
-            (Suspect, Signal::Fast) if self.fast >= c.fast_to_clear => Some((Healthy, "fast answers in a row")),
-            (Degraded, Signal::Fast) if self.fast >= c.fast_to_clear => Some((Suspect, "fast answers in a row")),
+            (Suspect, Signal::Fast | Signal::Alive) if self.fast >= c.fast_to_clear => Some((Healthy, "fast answers in a row")),
+            (Degraded, Signal::Fast | Signal::Alive) if self.fast >= c.fast_to_clear => Some((Suspect, "fast answers in a row")),
             _ => None,
         }
     }
@@ -370,6 +382,22 @@ mod tests {
         assert_eq!(m.observe(4.0, fast()), None, "only a probe readmits");
         assert_eq!(m.observe(5.0, Evidence::ProbeOk { ms: 1.0 }).map(|t| t.to), Some(Recovering));
         assert_eq!(m.observe(6.0, Evidence::ProbeTimeout).map(|t| t.to), Some(Isolated), "a timeout fails probation");
+    }
+
+    #[test]
+    fn probe_answers_clear_a_timeout_but_not_slowness() {
+        let mut m = HealthMachine::new(HealthConfig::default());
+        m.observe(0.0, Evidence::ProbeTimeout);
+        assert_eq!(feed(&mut m, 1.0, Evidence::ProbeOk { ms: 1.0 }, 3), [Healthy], "the hang is over");
+        // A starved replica answers its trivial probe quickly between slow
+        // queries: the slow answers still count in a row.
+        let mut m = HealthMachine::new(HealthConfig::default());
+        let mut path = Vec::new();
+        for i in 0..5 {
+            path.extend(m.observe(f64::from(i), slow()).map(|t| t.to));
+            path.extend(m.observe(f64::from(i) + 0.5, Evidence::ProbeOk { ms: 1.0 }).map(|t| t.to));
+        }
+        assert_eq!(path, [Suspect, Degraded]);
     }
 
     #[test]
