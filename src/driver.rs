@@ -24,7 +24,7 @@ use crate::core::admission::{self, Decision, Gate};
 use crate::core::degradation::Load;
 use crate::live_metrics::{self, LiveMetrics};
 use crate::core::health::Evidence;
-use crate::core::watch::Watch;
+use crate::core::watch::{Answers, Watch};
 use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
 use crate::core::faults::Open;
 use crate::core::model::{Class, FaultEvent, ReplicaId};
@@ -159,10 +159,8 @@ struct Ctx {
     router: Mutex<Router>,
     /// The router's view of replica health; locked after `router`, never before.
     watch: Mutex<Watch>,
-    /// Whether query latency and client errors are evidence (suspicion).
-    uses_queries: bool,
-    /// The deadline budget query latency is judged against, ms.
-    budget_ms: f64,
+    /// How query answers count as evidence (under suspicion only).
+    answers: Option<Answers>,
     configs: Vec<Config>,
     tx: mpsc::UnboundedSender<Msg>,
     /// Set at the end or on the first signal: no new session or query.
@@ -303,8 +301,7 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
         start: Instant::now(),
         workload: input.workload.clone(),
         router: Mutex::new(input.router),
-        uses_queries: input.watch.uses_queries(),
-        budget_ms: input.watch.budget_ms(input.workload.client.query_timeout_ms as f64),
+        answers: input.watch.answers(input.workload.client.query_timeout_ms as f64),
         watch: Mutex::new(input.watch),
         configs,
         tx,
@@ -669,11 +666,8 @@ async fn session(ctx: &Ctx, script: &mut Client, r: ReplicaId, queries: u32, int
         }));
         if error == Some("connection lost") {
             ctx.evidence(r, Evidence::Refused, "connection error", sent);
-        } else if ctx.uses_queries {
-            // A timed-out query is the slowest answer, not proof of death.
-            let timeout_ms = w.client.query_timeout_ms as f64;
-            let ms = if error.is_some() { timeout_ms } else { (end - sent) * 1000.0 };
-            ctx.evidence(r, Evidence::Query { ms, budget_ms: ctx.budget_ms }, "query", sent);
+        } else if let Some(a) = ctx.answers {
+            ctx.evidence(r, a.evidence(error.is_none().then(|| (end - sent) * 1000.0)), "query", sent);
         }
         if let Some(e) = error {
             return SessionEnd::Aborted(e, left);

@@ -451,12 +451,10 @@ impl Sim<'_, '_> {
             end_s: now,
             error: error.map(String::from),
         });
-        let timeout_ms = w.client.query_timeout_ms as f64;
-        let budget_ms = self.input.watch.budget_ms(timeout_ms);
-        let ms = if error.is_some() { timeout_ms } else { (now - c.sent) * 1000.0 };
-        if error != Some("connection lost") && self.input.watch.uses_queries() {
-            // A timed-out query is the slowest answer, not proof of death.
-            self.evidence(r, Evidence::Query { ms, budget_ms }, "query");
+        let took_ms = error.is_none().then(|| (now - c.sent) * 1000.0);
+        let answers = self.input.watch.answers(w.client.query_timeout_ms as f64);
+        if let Some(a) = answers.filter(|_| error != Some("connection lost")) {
+            self.evidence(r, a.evidence(took_ms), "query");
         }
         if let Some(e) = error {
             return self.abort(i, r, e);

@@ -13,7 +13,7 @@
 
 use super::detect::{Detector, Probe};
 use super::health::{Evidence, Health, HealthConfig, HealthMachine};
-use super::model::{Class, ReplicaId};
+use super::model::ReplicaId;
 use super::router::Router;
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
@@ -52,6 +52,23 @@ enum Detect {
     Suspicion(Vec<HealthMachine>),
 }
 
+/// How a query's answer counts as evidence under suspicion: a small copy
+/// the backends keep beside their clients, so a query needs no lock to
+/// judge its own answer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Answers {
+    timeout_ms: f64,
+    budget_ms: f64,
+}
+
+impl Answers {
+    /// The evidence of a query that took `took_ms`, or timed out (`None`):
+    /// a timed-out query is the slowest answer, not proof of death.
+    pub fn evidence(self, took_ms: Option<f64>) -> Evidence {
+        Evidence::Query { ms: took_ms.unwrap_or(self.timeout_ms), budget_ms: self.budget_ms }
+    }
+}
+
 /// One line for events.csv: kind, replica, detail.
 pub type Note = (&'static str, ReplicaId, String);
 
@@ -87,24 +104,18 @@ impl Watch {
         Watch { detect, recovery, window_s: cfg.stability_window_s, ramp: vec![None; replicas], budget_ms: cfg.budget_ms }
     }
 
-    /// The deadline budget a query's latency is judged against, ms: the
-    /// configured one, or else the client's query timeout.
-    pub fn budget_ms(&self, query_timeout_ms: f64) -> f64 {
-        if self.budget_ms > 0.0 {
-            self.budget_ms
-        } else {
-            query_timeout_ms
-        }
+    /// How query answers count as evidence, for a client query timeout of
+    /// `timeout_ms`; `None` unless the suspicion machine decides (the other
+    /// detectors ignore latency). The budget is the configured one, or else
+    /// the timeout.
+    pub fn answers(&self, timeout_ms: f64) -> Option<Answers> {
+        let budget_ms = if self.budget_ms > 0.0 { self.budget_ms } else { timeout_ms };
+        matches!(self.detect, Detect::Suspicion(_)).then_some(Answers { timeout_ms, budget_ms })
     }
 
     /// Whether the oracle feeds the router (faults are told, not observed).
     pub fn is_oracle(&self) -> bool {
         matches!(self.detect, Detect::Oracle)
-    }
-
-    /// Whether query latency and client errors count as evidence.
-    pub fn uses_queries(&self) -> bool {
-        matches!(self.detect, Detect::Suspicion(_))
     }
 
     /// The state of `r`'s health machine, under suspicion.
@@ -205,10 +216,6 @@ impl Watch {
         router.set_shares(r, self.shares(r, now_s));
     }
 
-    /// The share of class `class` that `r` may take now (for tests and metrics).
-    pub fn share(&self, r: ReplicaId, class: Class, now_s: f64) -> f64 {
-        self.shares(r, now_s)[class.idx()]
-    }
 }
 
 /// The Freemium share `elapsed_s` into a ramp of `window_s`: 0 to 1, linear.
@@ -222,6 +229,7 @@ fn ramp(elapsed_s: f64, window_s: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::model::Class;
     use crate::core::router::{RouterConfig, Strategy};
 
     fn router() -> Router {
@@ -243,6 +251,18 @@ mod tests {
         w.evidence(&mut rt, 1, Evidence::ProbeOk { ms: 1.0 }, 3.0, "probe");
         assert!(rt.is_healthy(1));
         assert_eq!(rt.shares(1), [1.0, 1.0], "no ramp without probation");
+    }
+
+    #[test]
+    fn only_suspicion_judges_answers_against_the_budget() {
+        let cfg = HealthConfig::default();
+        assert_eq!(Watch::probe(5, Recovery::None, cfg).answers(30_000.0), None);
+        let a = Watch::suspicion(5, Recovery::None, cfg).answers(30_000.0).expect("suspicion judges answers");
+        assert_eq!(a.evidence(Some(40.0)), Evidence::Query { ms: 40.0, budget_ms: 30_000.0 }, "budget defaults to the timeout");
+        assert_eq!(a.evidence(None), Evidence::Query { ms: 30_000.0, budget_ms: 30_000.0 }, "a timeout is the slowest answer");
+        let set = HealthConfig { budget_ms: 600.0, ..cfg };
+        let a = Watch::suspicion(5, Recovery::None, set).answers(30_000.0).unwrap();
+        assert_eq!(a.evidence(None), Evidence::Query { ms: 30_000.0, budget_ms: 600.0 });
     }
 
     #[test]
