@@ -5,4 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-cargo test --release --locked -- --test-threads=2
+cargo test --release --locked --no-fail-fast -- --test-threads=2

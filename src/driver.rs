@@ -170,6 +170,10 @@ struct Ctx {
     actual_up: Vec<AtomicBool>,
     /// Per replica, when a failure was last observed (f64 seconds as bits).
     failed_s: Vec<AtomicU64>,
+    /// The last instant (run seconds, f64 bits) a query may end and still be
+    /// recorded: the planned end, or the first signal plus [`DRAIN`], or the
+    /// second signal. See [`Ctx::counts`].
+    cutoff_s: AtomicU64,
     sessions: AtomicU64,
     /// [`TEST_BURN_ENV`]: CPU to burn before each session start and query.
     burn: Option<Duration>,
@@ -232,6 +236,21 @@ impl Ctx {
         let mut router = self.router.lock().expect("router lock");
         let notes = self.watch.lock().expect("watch lock").tick(&mut router, self.now());
         self.log(&mut router, notes);
+    }
+
+    /// Whether a query that ended at `end_s` is recorded. The rule compares
+    /// the query's own end with the cutoff, so which queries count does not
+    /// depend on when a task happens to see the stop: every recorded query
+    /// ends at or before the planned end (or the drain's end).
+    fn counts(&self, end_s: f64) -> bool {
+        end_s <= f64::from_bits(self.cutoff_s.load(Ordering::SeqCst))
+    }
+
+    /// Moves the cutoff earlier (never later) to `t_s`.
+    fn cut_at(&self, t_s: f64) {
+        let _ = self.cutoff_s.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| {
+            (t_s < f64::from_bits(c)).then(|| t_s.to_bits())
+        });
     }
 
     fn stopped(&self) -> bool {
@@ -309,6 +328,7 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
         abort: abort_rx,
         actual_up: (0..k).map(|_| AtomicBool::new(true)).collect(),
         failed_s: (0..k).map(|_| AtomicU64::new(f64::NEG_INFINITY.to_bits())).collect(),
+        cutoff_s: AtomicU64::new(input.duration_s.to_bits()),
         sessions: AtomicU64::new(0),
         burn: test_burn(),
         gate: input.gate.map(Mutex::new),
@@ -329,6 +349,9 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
         _ = sleep_until(ctx.at(input.duration_s)) => None,
         s = signals.recv() => Some((s, ctx.now())),
     };
+    if let Some((_, t)) = interrupted {
+        ctx.cut_at(t + DRAIN.as_secs_f64());
+    }
     let _ = stop_tx.send(true);
     let drained = match interrupted {
         Some((first, _)) => drain(&ctx, &bar, &mut signals, &mut clients, first).await,
@@ -396,6 +419,7 @@ async fn drain(
         done = clients => Some(done.expect("client tasks")),
         _ = sleep(DRAIN) => None,
         again = signals.recv() => {
+            ctx.cut_at(ctx.now());
             note(format!("{again}: stopping at once; queries in flight are dropped"));
             None
         }
@@ -648,6 +672,10 @@ async fn session(ctx: &Ctx, script: &mut Client, r: ReplicaId, queries: u32, int
             _ = abort.wait_for(|s| *s) => return SessionEnd::Stopped,
         };
         let end = ctx.now();
+        if !ctx.counts(end) {
+            // Ended after the cutoff: dropped like a query still running.
+            return SessionEnd::Stopped;
+        }
         let error = match result {
             Ok(Ok(_)) => None,
             Ok(Err(e)) if e.is_closed() || e.code().is_none() => Some("connection lost"),

@@ -371,7 +371,7 @@ fn sigint_mid_run_writes_a_partial_folder_and_cleans_up() {
     // kept; none ends later.
     let drained = f.queries.iter().filter(|q| q.start <= t + 0.05 && q.end > t).count();
     assert!(drained > 0, "no query in flight at the signal was allowed to finish");
-    let late: Vec<&Query> = f.queries.iter().filter(|q| q.end > t + DRAIN_S + 0.25).collect();
+    let late: Vec<&Query> = f.queries.iter().filter(|q| q.end > t + DRAIN_S + 1e-6).collect();
     assert!(late.is_empty(), "queries recorded after the drain: {late:?}");
     let down1 = f.phases.iter().filter(|r| r["phase"] == "down1").map(|r| num(r, "completed")).sum::<f64>();
     assert!(down1 > 0.0, "the run was interrupted before its Down");
@@ -381,7 +381,7 @@ fn sigint_mid_run_writes_a_partial_folder_and_cleans_up() {
 fn sigterm_mid_run_writes_a_partial_folder_and_cleans_up() {
     let Some((f, notes)) = interrupted("sigterm", &[(Duration::from_secs(30), Signal::SIGTERM)]) else { return };
     assert_no_query_started_after(&f, notes[0]);
-    let late: Vec<&Query> = f.queries.iter().filter(|q| q.end > notes[0] + DRAIN_S + 0.25).collect();
+    let late: Vec<&Query> = f.queries.iter().filter(|q| q.end > notes[0] + DRAIN_S + 1e-6).collect();
     assert!(late.is_empty(), "queries recorded after the drain: {late:?}");
 }
 
