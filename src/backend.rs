@@ -7,11 +7,11 @@ use crate::cluster::external::{ClusterFile, ExternalCluster};
 use crate::cluster::local::{default_state_dir, LocalCluster, LocalOptions};
 use crate::cluster::{docker, Cluster, DockerCluster, DockerOptions, Fault};
 use crate::core::admission::Gate;
-use crate::core::watch::Watch;
 use crate::core::metrics::Collector;
 use crate::core::router::Router;
 use crate::core::saturation::GeneratorReport;
 use crate::core::schedule;
+use crate::core::watch::Watch;
 use crate::driver::{self, DriverInput};
 use crate::error::Error;
 use crate::plan::Plan;
@@ -102,8 +102,12 @@ fn start(plan: &Plan, kind: ClusterKind) -> Result<Cluster, Error> {
     eprintln!("plbbench: starting a {k}-replica {} PostgreSQL cluster (dataset scale {})", kind.name(), w.scale);
     if kind == ClusterKind::Docker {
         let state_dir = docker::default_state_dir().with_file_name("docker-run");
-        let opts = DockerOptions { replicas: k, cpus, scale: w.scale, seed: w.seed, state_dir, ..DockerOptions::default() };
-        return DockerCluster::up(&opts).context("starting the docker cluster").map(Cluster::Docker).map_err(Error::Run);
+        let opts =
+            DockerOptions { replicas: k, cpus, scale: w.scale, seed: w.seed, state_dir, ..DockerOptions::default() };
+        return DockerCluster::up(&opts)
+            .context("starting the docker cluster")
+            .map(Cluster::Docker)
+            .map_err(Error::Run);
     }
     let state_dir = default_state_dir().with_file_name("run");
     let opts = LocalOptions { replicas: k, cpus, state_dir, scale: w.scale, seed: w.seed, ..LocalOptions::default() };
@@ -123,7 +127,11 @@ fn external_cluster(plan: &Plan) -> Result<ExternalCluster, Error> {
         other => Error::Run(anyhow::Error::new(other).context("opening the external cluster")),
     })?;
     if c.replicas() != plan.args.common.replicas {
-        return Err(Error::Input(format!("--replicas: the external cluster has {} replicas, not {}", c.replicas(), plan.args.common.replicas)));
+        return Err(Error::Input(format!(
+            "--replicas: the external cluster has {} replicas, not {}",
+            c.replicas(),
+            plan.args.common.replicas
+        )));
     }
     Ok(c)
 }
@@ -146,7 +154,10 @@ pub fn catch_signals() -> Arc<AtomicBool> {
 pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, BackendOutcome), Error> {
     let interrupted = catch_signals();
     let metrics = match plan.args.metrics_addr {
-        Some(addr) => Some(crate::live_metrics::bind(addr).map_err(|e| Error::Input(format!("--metrics-addr: cannot listen on {addr}: {e}")))?),
+        Some(addr) => Some(
+            crate::live_metrics::bind(addr)
+                .map_err(|e| Error::Input(format!("--metrics-addr: cannot listen on {addr}: {e}")))?,
+        ),
         None => None,
     };
     let cluster = match plan.args.common.cluster {
@@ -158,20 +169,21 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
     };
     if interrupted.load(Ordering::SeqCst) {
         drop(cluster);
-        return Err(Error::Run(anyhow::anyhow!("interrupted while the cluster was starting; it was removed and nothing was measured")));
+        return Err(Error::Run(anyhow::anyhow!(
+            "interrupted while the cluster was starting; it was removed and nothing was measured"
+        )));
     }
     let postgres_version = Some(cluster.pg_version());
     let cpu_budget_enforced = cluster.cpu_budget_enforced();
     let cpu_verdict = (!cluster.cpu_available()).then(|| Verdict {
         name: "replica cpu".into(),
         ok: false,
-        detail: "unavailable: the external cluster file gives no `cpu` sampler command, so CPU figures are empty".into(),
+        detail: "unavailable: the external cluster file gives no `cpu` sampler command, so CPU figures are empty"
+            .into(),
     });
     let cluster = Arc::new(Mutex::new(cluster));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?;
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the tokio runtime")?;
     let input = DriverInput {
         workload: Arc::new(plan.workload.clone()),
         clients: clients(plan),

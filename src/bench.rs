@@ -132,7 +132,10 @@ impl BenchArgs {
             return Err(input("--connections", "must be at least 1"));
         }
         if !(self.duration.is_finite() && self.duration > 0.0 && self.duration <= 86_400.0) {
-            return Err(input("--duration", format!("must be a positive number of seconds up to a day, got {}", self.duration)));
+            return Err(input(
+                "--duration",
+                format!("must be a positive number of seconds up to a day, got {}", self.duration),
+            ));
         }
         if let Some(r) = self.rate {
             if !(r.is_finite() && r > 0.0) {
@@ -178,9 +181,15 @@ pub fn bench(args: BenchArgs) -> Result<(), Error> {
         Format::Json => println!("{}", serde_json::to_string_pretty(&r).context("json")?),
         Format::Text => {
             let rate = r.rate.map_or(String::new(), |q| format!(" at {q} qps offered"));
-            println!("{} loop, {} connections{rate}: {} queries, {} errors in {:.2} s", r.mode, r.connections, r.queries, r.errors, r.elapsed_s);
+            println!(
+                "{} loop, {} connections{rate}: {} queries, {} errors in {:.2} s",
+                r.mode, r.connections, r.queries, r.errors, r.elapsed_s
+            );
             println!("qps {:.1}", r.qps);
-            println!("latency ms: p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}", r.p50_ms, r.p90_ms, r.p99_ms, r.p999_ms, r.max_ms);
+            println!(
+                "latency ms: p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}",
+                r.p50_ms, r.p90_ms, r.p99_ms, r.p999_ms, r.max_ms
+            );
             if let Some(c) = r.generator_cpu_cores {
                 println!("plbbench CPU {c:.2} cores");
             }
@@ -220,7 +229,11 @@ impl Arrivals {
 pub fn measure(spec: &BenchSpec, threads: usize) -> Result<BenchResult, Error> {
     let threads = threads.clamp(1, spec.connections as usize);
     let arrivals = spec.rate.map(|r| {
-        Arc::new(Mutex::new(Arrivals { next_s: 0.0, gaps: Exp::new(r).expect("positive rate"), rng: ChaCha8Rng::seed_from_u64(spec.seed) }))
+        Arc::new(Mutex::new(Arrivals {
+            next_s: 0.0,
+            gaps: Exp::new(r).expect("positive rate"),
+            rng: ChaCha8Rng::seed_from_u64(spec.seed),
+        }))
     });
     // Every thread and this one meet once all connections are open; this
     // one then sets the start, and they meet again.
@@ -231,7 +244,10 @@ pub fn measure(spec: &BenchSpec, threads: usize) -> Result<BenchResult, Error> {
             .map(|t| {
                 let (opened, go, start, arrivals) = (&opened, &go, &start, arrivals.clone());
                 scope.spawn(move || -> Result<Vec<Tally>, Error> {
-                    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting a tokio runtime");
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .context("starting a tokio runtime");
                     let mine: Vec<usize> = (t..spec.connections as usize).step_by(threads).collect();
                     let clients = match &rt {
                         Ok(rt) => rt.block_on(open(spec, &mine)),
@@ -265,7 +281,8 @@ pub fn measure(spec: &BenchSpec, threads: usize) -> Result<BenchResult, Error> {
         let cpu0 = own_cpu_seconds();
         let _ = start.set(Instant::now());
         go.wait();
-        let tallies: Vec<_> = workers.into_iter().map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect();
+        let tallies: Vec<_> =
+            workers.into_iter().map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect();
         let elapsed_s = start.get().expect("set").elapsed().as_secs_f64();
         let cpu = cpu0.zip(own_cpu_seconds()).map(|(a, b)| r4((b - a) / elapsed_s));
         (tallies, cpu, elapsed_s)
@@ -296,14 +313,21 @@ pub fn measure(spec: &BenchSpec, threads: usize) -> Result<BenchResult, Error> {
 }
 
 /// Opens (and prepares on) the connections numbered `which`.
-async fn open(spec: &BenchSpec, which: &[usize]) -> Result<Vec<(tokio_postgres::Client, Option<tokio_postgres::Statement>)>, Error> {
+async fn open(
+    spec: &BenchSpec,
+    which: &[usize],
+) -> Result<Vec<(tokio_postgres::Client, Option<tokio_postgres::Statement>)>, Error> {
     let mut clients = Vec::with_capacity(which.len());
     for &i in which {
         let cfg = &spec.servers[i % spec.servers.len()];
         let client = crate::cluster::pgconn::connect(cfg, Duration::from_secs(10))
             .await
             .with_context(|| format!("opening connection {} of {}", i + 1, spec.connections))?;
-        let st = if spec.prepared { Some(prepare(&client, &spec.query).await.context("preparing the query")?) } else { None };
+        let st = if spec.prepared {
+            Some(prepare(&client, &spec.query).await.context("preparing the query")?)
+        } else {
+            None
+        };
         clients.push((client, st));
     }
     Ok(clients)
@@ -378,7 +402,10 @@ mod tests {
     #[test]
     fn flags_are_validated_with_one_line_naming_the_field() {
         let s = spec(&["--key-range", "100000", "--prepared", "-c", "4", "-T", "2.5"]).unwrap();
-        assert_eq!((s.connections, s.duration, s.prepared, s.query.key_range), (4, Duration::from_millis(2500), true, 100000));
+        assert_eq!(
+            (s.connections, s.duration, s.prepared, s.query.key_range),
+            (4, Duration::from_millis(2500), true, 100000)
+        );
         for (args, field) in [
             (&["--connections", "0"][..], "--connections"),
             (&["--duration", "0"], "--duration"),
@@ -390,7 +417,11 @@ mod tests {
             let e = spec(args).unwrap_err();
             assert!(e.starts_with(field) && !e.contains('\n'), "{args:?}: {e}");
         }
-        let e = Cli::try_parse_from(["x", "--dsn", "host=h", "--query", "SELECT 1", "--key-range", "5"]).unwrap().a.spec().unwrap_err();
+        let e = Cli::try_parse_from(["x", "--dsn", "host=h", "--query", "SELECT 1", "--key-range", "5"])
+            .unwrap()
+            .a
+            .spec()
+            .unwrap_err();
         assert!(e.to_string().starts_with("--key-range"), "{e}");
     }
 

@@ -22,7 +22,10 @@ use std::time::Instant;
 fn provisioned(kind: ClusterKind) -> Result<(), Error> {
     match kind {
         ClusterKind::Local | ClusterKind::Docker => Ok(()),
-        other => Err(input("--backend", format!("`{}` clusters are not provisioned by plbbench; use local or docker", other.name()))),
+        other => Err(input(
+            "--backend",
+            format!("`{}` clusters are not provisioned by plbbench; use local or docker", other.name()),
+        )),
     }
 }
 
@@ -30,7 +33,9 @@ fn provisioned(kind: ClusterKind) -> Result<(), Error> {
 pub fn running(kind: ClusterKind) -> Result<Option<Cluster>, Error> {
     provisioned(kind)?;
     Ok(match kind {
-        ClusterKind::Docker => DockerCluster::load(&docker::default_state_dir()).context("reading the docker cluster state")?.map(Cluster::Docker),
+        ClusterKind::Docker => DockerCluster::load(&docker::default_state_dir())
+            .context("reading the docker cluster state")?
+            .map(Cluster::Docker),
         _ => LocalCluster::load(&default_state_dir()).context("reading the cluster state")?.map(Cluster::Local),
     })
 }
@@ -97,7 +102,12 @@ fn up(a: ClusterUpArgs) -> Result<(), Error> {
     if !c.cpu_budget_enforced() {
         eprintln!("plbbench: warning: cgroups are not writable here; the CPU budget is not enforced");
     }
-    eprintln!("plbbench: {} replicas up in {:.1} s ({})", c.replicas(), started.elapsed().as_secs_f64(), c.pg_version());
+    eprintln!(
+        "plbbench: {} replicas up in {:.1} s ({})",
+        c.replicas(),
+        started.elapsed().as_secs_f64(),
+        c.pg_version()
+    );
     for r in 0..c.replicas() {
         match &c {
             Cluster::Docker(d) => println!("{}", d.dsn(r)),
@@ -117,13 +127,26 @@ fn status(kind: ClusterKind) -> Result<(), Error> {
         Cluster::Docker(d) => {
             println!("replica  port   container                  state    cpus");
             for (r, st) in d.states().into_iter().enumerate() {
-                println!("{:<8} {:<6} {:<26} {:<8} {:.2}", format!("r{}", r + 1), d.port(r), d.container(r), st, d.cpus(r));
+                println!(
+                    "{:<8} {:<6} {:<26} {:<8} {:.2}",
+                    format!("r{}", r + 1),
+                    d.port(r),
+                    d.container(r),
+                    st,
+                    d.cpus(r)
+                );
             }
         }
         Cluster::Local(c) => {
             println!("replica  port   pid      health   cpu_budget");
             for s in c.status() {
-                let health = if s.paused { "paused" } else if s.healthy { "healthy" } else { "down" };
+                let health = if s.paused {
+                    "paused"
+                } else if s.healthy {
+                    "healthy"
+                } else {
+                    "down"
+                };
                 let pid = s.pid.map_or("-".into(), |p| p.to_string());
                 let cpus = if c.cpu_budget_enforced() { format!("{:.2}", s.cpus) } else { "unenforced".into() };
                 println!("{:<8} {:<6} {:<8} {:<8} {}", s.name, s.port, pid, health, cpus);
@@ -175,7 +198,8 @@ pub fn cluster(args: ClusterArgs) -> Result<(), Error> {
         ClusterAction::Down(s) => down(s.backend, s.all),
         ClusterAction::Fault(a) => {
             let fault = Fault::parse(&a.fault).map_err(|e| input("FAULT", e))?;
-            let mut c = running(a.backend)?.ok_or_else(|| input("--backend", format!("no {} cluster is running", a.backend.name())))?;
+            let mut c = running(a.backend)?
+                .ok_or_else(|| input("--backend", format!("no {} cluster is running", a.backend.name())))?;
             let r = parse_replica(&a.replica, c.replicas()).map_err(|e| input("REPLICA", e))?;
             let t0 = Instant::now();
             c.apply(r, fault).with_context(|| format!("{fault} of r{}", r + 1))?;
@@ -183,7 +207,8 @@ pub fn cluster(args: ClusterArgs) -> Result<(), Error> {
             Ok(())
         }
         ClusterAction::Cpu(a) => {
-            let c = running(a.backend)?.ok_or_else(|| input("--backend", format!("no {} cluster is running", a.backend.name())))?;
+            let c = running(a.backend)?
+                .ok_or_else(|| input("--backend", format!("no {} cluster is running", a.backend.name())))?;
             let r = parse_replica(&a.replica, c.replicas()).map_err(|e| input("REPLICA", e))?;
             let secs = match &c {
                 Cluster::Docker(d) => {
@@ -252,7 +277,11 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
 /// The second method: r1 under a quota of `--cpus` cores, each template
 /// driven closed-loop by `--connections` connections for `--seconds`; the
 /// implied cost is quota / qps.
-fn throughput_under_quota(c: &mut LocalCluster, w: &crate::core::workload::Workload, args: &CalibrateArgs) -> Result<(), Error> {
+fn throughput_under_quota(
+    c: &mut LocalCluster,
+    w: &crate::core::workload::Workload,
+    args: &CalibrateArgs,
+) -> Result<(), Error> {
     if !c.cpu_budget_enforced() {
         eprintln!("plbbench: cgroups are not writable here: no quota to measure throughput under (skipped)");
         return Ok(());
@@ -272,7 +301,10 @@ fn throughput_under_quota(c: &mut LocalCluster, w: &crate::core::workload::Workl
         let r = crate::bench::measure(&spec, 2)?;
         let implied = if r.qps > 0.0 { format!("{:.2}", args.cpus * 1000.0 / r.qps) } else { "-".into() };
         let cpu = r.generator_cpu_cores.map_or("-".into(), |c| format!("{c:.3}"));
-        println!("{},{},{},{},{:.2},{:.2},{:.2},{implied},{cpu}", q.name, q.class, args.cpus, args.connections, r.qps, r.p50_ms, r.p99_ms);
+        println!(
+            "{},{},{},{},{:.2},{:.2},{:.2},{implied},{cpu}",
+            q.name, q.class, args.cpus, args.connections, r.qps, r.p50_ms, r.p99_ms
+        );
     }
     Ok(())
 }

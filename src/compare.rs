@@ -100,7 +100,8 @@ fn parse_metrics(list: &[String]) -> Result<Vec<Metric>, Error> {
     let names: Vec<&str> = Metric::ALL.iter().map(|m| m.name()).collect();
     let mut out = Vec::new();
     for s in list {
-        let m = Metric::parse(s).ok_or_else(|| input("--metrics", format!("unknown metric `{s}` (expected {})", names.join(", "))))?;
+        let m = Metric::parse(s)
+            .ok_or_else(|| input("--metrics", format!("unknown metric `{s}` (expected {})", names.join(", "))))?;
         if !out.contains(&m) {
             out.push(m);
         }

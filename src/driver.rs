@@ -22,16 +22,16 @@
 use crate::cluster::{Cluster, Fault};
 use crate::core::admission::{self, Decision, Gate};
 use crate::core::degradation::Load;
-use crate::live_metrics::{self, LiveMetrics};
-use crate::core::health::Evidence;
-use crate::core::watch::{Answers, Watch};
-use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
 use crate::core::faults::Open;
+use crate::core::health::Evidence;
+use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
 use crate::core::model::{Class, FaultEvent, ReplicaId};
 use crate::core::router::Router;
 use crate::core::saturation::{GeneratorLoad, GeneratorReport};
 use crate::core::schedule::Client;
+use crate::core::watch::{Answers, Watch};
 use crate::core::workload::{QueryTemplate, Workload};
+use crate::live_metrics::{self, LiveMetrics};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -248,9 +248,9 @@ impl Ctx {
 
     /// Moves the cutoff earlier (never later) to `t_s`.
     fn cut_at(&self, t_s: f64) {
-        let _ = self.cutoff_s.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| {
-            (t_s < f64::from_bits(c)).then(|| t_s.to_bits())
-        });
+        let _ = self
+            .cutoff_s
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| (t_s < f64::from_bits(c)).then(|| t_s.to_bits()));
     }
 
     fn stopped(&self) -> bool {
@@ -338,7 +338,8 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
     refresh_live(&ctx);
     let server = input.metrics.zip(ctx.live.clone()).map(|(l, m)| tokio::spawn(live_metrics::serve(l, m)));
     let collecting = tokio::spawn(collect(rx, collector));
-    let clients: Vec<_> = input.clients.into_iter().enumerate().map(|(i, c)| tokio::spawn(client(ctx.clone(), i as u32, c))).collect();
+    let clients: Vec<_> =
+        input.clients.into_iter().enumerate().map(|(i, c)| tokio::spawn(client(ctx.clone(), i as u32, c))).collect();
     let admitter = ctx.gate.is_some().then(|| tokio::spawn(admit_waiting(ctx.clone())));
     let mut clients = tokio::spawn(join_clients(clients));
     let injector = tokio::spawn(inject(ctx.clone(), cluster.clone(), input.faults, input.cpus));
@@ -383,7 +384,10 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
     }
     let (signal, interrupted_s) = (interrupted.map(|i| i.0), interrupted.map(|i| i.1));
     let generator = Some(load.report(own_peak_rss_kib()));
-    (collector, DriverOutcome { in_flight, partial: interrupted_s.is_some(), interrupted_s, signal, ended_s, generator })
+    (
+        collector,
+        DriverOutcome { in_flight, partial: interrupted_s.is_some(), interrupted_s, signal, ended_s, generator },
+    )
 }
 
 /// Waits for every client; returns the sessions left open per class.

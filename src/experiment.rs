@@ -13,12 +13,12 @@
 //! and the same settings is kept; anything else in the grid is (re)run.
 
 use crate::cli::{Admission, CommonArgs, Detection, RunArgs};
-use crate::core::watch::Recovery;
 use crate::core::faults;
 use crate::core::metrics::PhaseRow;
 use crate::core::model::Class;
 use crate::core::phases::WARMUP;
 use crate::core::router::Strategy;
+use crate::core::watch::Recovery;
 use crate::error::{input, Error};
 use crate::plan::{self, Plan};
 use crate::report::summary::{Settings, Summary};
@@ -38,14 +38,26 @@ pub use figures::{figures, render_figures, Figures};
 #[derive(Debug, Args, Clone)]
 pub struct ExperimentArgs {
     /// Strategies to compare, comma-separated [default: plb,rr-split,rr,lc].
-    #[arg(long, value_delimiter = ',', default_value = "plb,rr-split,rr,lc", hide_default_value = true, value_name = "LIST")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "plb,rr-split,rr,lc",
+        hide_default_value = true,
+        value_name = "LIST"
+    )]
     pub strategies: Vec<String>,
     /// Premium:Freemium mixes, comma-separated [default: 25:75,50:50,75:25].
     #[arg(long, value_delimiter = ',', default_value = "25:75,50:50,75:25", hide_default_value = true)]
     #[arg(value_name = "P:F,..", allow_hyphen_values = true)]
     pub mixes: Vec<String>,
     /// Fault presets (premium-fault, cascade, gray-pause, slow-replica, flapping, none) or schedule files, comma-separated [default: premium-fault,cascade].
-    #[arg(long, value_delimiter = ',', default_value = "premium-fault,cascade", hide_default_value = true, value_name = "LIST")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "premium-fault,cascade",
+        hide_default_value = true,
+        value_name = "LIST"
+    )]
     pub faults: Vec<String>,
     /// Admission layers to compare, comma-separated (none, modes) [default: none].
     #[arg(long, value_delimiter = ',', default_value = "none", hide_default_value = true, value_name = "LIST")]
@@ -392,7 +404,11 @@ pub fn run_state(run: &GridRun) -> Result<RunState, Error> {
     if !differ.is_empty() {
         return Err(input(
             "--out",
-            format!("{} holds a run with other settings ({}); use another --out or delete it", dir.display(), differ.join(", ")),
+            format!(
+                "{} holds a run with other settings ({}); use another --out or delete it",
+                dir.display(),
+                differ.join(", ")
+            ),
         ));
     }
     Ok(RunState::Done(Box::new(summary)))
@@ -406,7 +422,10 @@ fn settings_diff(kept: &Settings, wanted: &Settings) -> Vec<String> {
         return vec!["settings".into()];
     };
     let null = serde_json::Value::Null;
-    b.iter().filter(|(k, v)| a.get(*k) != Some(*v)).map(|(k, v)| format!("{k}: {} vs {v}", a.get(k).unwrap_or(&null))).collect()
+    b.iter()
+        .filter(|(k, v)| a.get(*k) != Some(*v))
+        .map(|(k, v)| format!("{k}: {} vs {v}", a.get(k).unwrap_or(&null)))
+        .collect()
 }
 
 /// `plbbench experiment`: validates the grid, runs what is missing, and
@@ -439,13 +458,21 @@ pub fn experiment(args: ExperimentArgs) -> Result<(), Error> {
     let summaries = execute_pending(&grid, states, pending, args.common.quiet)?;
     let file = experiment_file(&args, &grid, &summaries);
     let figures = figures(&summaries.iter().map(|(s, _)| s.clone()).collect::<Vec<_>>());
-    write_atomic(&root.join("experiment.json"), &(serde_json::to_string_pretty(&file).context("experiment.json")? + "\n"))?;
+    write_atomic(
+        &root.join("experiment.json"),
+        &(serde_json::to_string_pretty(&file).context("experiment.json")? + "\n"),
+    )?;
     write_atomic(&root.join("experiment.csv"), &experiment_csv(&file.cells).context("experiment.csv")?)?;
     let all: Vec<Summary> = summaries.iter().map(|(s, _)| s.clone()).collect();
     write_atomic(&root.join("recovery.csv"), &recovery::csv(&recovery::rows(&all)).context("recovery.csv")?)?;
-    write_atomic(&root.join("figures.json"), &(serde_json::to_string_pretty(&figures).context("figures.json")? + "\n"))?;
-    let page = crate::report::experiment_html::render(&file, &figures).context("rendering the experiment's report.html")?;
-    std::fs::create_dir_all(root.join("figures")).with_context(|| format!("cannot create {}/figures", root.display()))?;
+    write_atomic(
+        &root.join("figures.json"),
+        &(serde_json::to_string_pretty(&figures).context("figures.json")? + "\n"),
+    )?;
+    let page =
+        crate::report::experiment_html::render(&file, &figures).context("rendering the experiment's report.html")?;
+    std::fs::create_dir_all(root.join("figures"))
+        .with_context(|| format!("cannot create {}/figures", root.display()))?;
     for (id, svg) in &page.svgs {
         write_atomic(&root.join("figures").join(format!("{id}.svg")), svg)?;
     }
@@ -460,7 +487,12 @@ pub fn experiment(args: ExperimentArgs) -> Result<(), Error> {
 
 /// Runs every run that is not done, in grid order, under one progress bar;
 /// returns every run's summary (kept or new) with whether it was kept.
-fn execute_pending(grid: &[GridRun], states: Vec<RunState>, pending: usize, quiet: bool) -> Result<Vec<(Summary, bool)>, Error> {
+fn execute_pending(
+    grid: &[GridRun],
+    states: Vec<RunState>,
+    pending: usize,
+    quiet: bool,
+) -> Result<Vec<(Summary, bool)>, Error> {
     let bar = progress_bar(!quiet, pending as u64);
     let mut out = Vec::with_capacity(grid.len());
     for (run, state) in grid.iter().zip(states) {
@@ -474,7 +506,9 @@ fn execute_pending(grid: &[GridRun], states: Vec<RunState>, pending: usize, quie
         }
         bar.set_message(run.name.clone());
         let result = run::execute(&run.plan).map_err(|e| match e {
-            Error::Run(e) => Error::Run(e.context(format!("run {} failed; rerun the same command to resume", run.name))),
+            Error::Run(e) => {
+                Error::Run(e.context(format!("run {} failed; rerun the same command to resume", run.name)))
+            }
             other => other,
         });
         let result = result?;
@@ -536,12 +570,10 @@ fn clean_stale_temps(runs_dir: &Path) {
 pub fn write_atomic(path: &Path, text: &str) -> Result<(), Error> {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
-    std::fs::write(&tmp, text)
-        .and_then(|_| std::fs::rename(&tmp, path))
-        .map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            Error::Run(anyhow::anyhow!("cannot write {}: {e}", path.display()))
-        })
+    std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, path)).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        Error::Run(anyhow::anyhow!("cannot write {}: {e}", path.display()))
+    })
 }
 
 fn experiment_file(args: &ExperimentArgs, grid: &[GridRun], summaries: &[(Summary, bool)]) -> ExperimentFile {
@@ -693,7 +725,18 @@ mod tests {
 
     #[test]
     fn grid_order_names_and_seeds() {
-        let e = parse(&["--strategies", "plb,rr", "--mixes", "25:75,50:50", "--faults", "cascade", "--repeat", "2", "--seed", "7"]);
+        let e = parse(&[
+            "--strategies",
+            "plb,rr",
+            "--mixes",
+            "25:75,50:50",
+            "--faults",
+            "cascade",
+            "--repeat",
+            "2",
+            "--seed",
+            "7",
+        ]);
         let g = grid(&e, Path::new("/nonexistent/exp")).unwrap();
         let names: Vec<(&str, u64)> = g.iter().map(|r| (r.name.as_str(), r.plan.args.common.seed)).collect();
         assert_eq!(

@@ -74,6 +74,13 @@ fn print_headline(s: &report::summary::Summary) {
     println!("phase     class  goodput_qps  retention  p95_ms");
     for r in s.phases.iter().filter(|r| r.phase != core::phases::WARMUP) {
         let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
-        println!("{:<9} {:<6} {:>11.2}  {:>9}  {:>6}", r.phase, r.class.to_string(), r.goodput_qps, f(r.retention), f(r.p95_ms));
+        println!(
+            "{:<9} {:<6} {:>11.2}  {:>9}  {:>6}",
+            r.phase,
+            r.class.to_string(),
+            r.goodput_qps,
+            f(r.retention),
+            f(r.p95_ms)
+        );
     }
 }

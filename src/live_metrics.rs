@@ -72,12 +72,24 @@ impl LiveMetrics {
             seen: (0, [0; 2]),
             registry: Registry::default(),
         };
-        registry.register("plbbench_degradation_mode", "Degradation mode (0=Normal, 1=Cautious, 2=Restricted, 3=Survival)", m.mode.clone());
+        registry.register(
+            "plbbench_degradation_mode",
+            "Degradation mode (0=Normal, 1=Cautious, 2=Restricted, 3=Survival)",
+            m.mode.clone(),
+        );
         registry.register("plbbench_degradation_transitions", "Degradation mode transitions", m.transitions.clone());
-        registry.register("plbbench_degradation_rejections", "Sessions rejected by admission, per class", m.rejections.clone());
+        registry.register(
+            "plbbench_degradation_rejections",
+            "Sessions rejected by admission, per class",
+            m.rejections.clone(),
+        );
         registry.register("plbbench_router_active_sessions", "Active sessions per replica and class", m.active.clone());
         registry.register("plbbench_router_role", "1 for the replica's current PLB role", m.role.clone());
-        registry.register("plbbench_router_replica_healthy", "1 when the router considers the replica healthy", m.healthy.clone());
+        registry.register(
+            "plbbench_router_replica_healthy",
+            "1 when the router considers the replica healthy",
+            m.healthy.clone(),
+        );
         for class in Class::ALL {
             let _ = m.rejections.get_or_create(&ClassLabel { class: class.long().into() });
         }
@@ -161,7 +173,10 @@ async fn respond(mut stream: TcpStream, metrics: &Mutex<LiveMetrics>) -> std::io
         ),
         _ => ("404 Not Found", "text/plain; charset=utf-8", "try GET /metrics\n".to_string()),
     };
-    let reply = format!("HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+    let reply = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
     stream.write_all(reply.as_bytes()).await?;
     stream.shutdown().await
 }

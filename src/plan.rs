@@ -4,13 +4,13 @@
 //! before any server starts or any file is written.
 
 use crate::cli::{ClusterKind, Detection, RunArgs};
-use crate::core::router::Strategy;
-use crate::core::watch::Recovery;
 use crate::core::faults::{self, Timeline};
 use crate::core::model::{Action, FaultEvent};
 use crate::core::phases::{self, Phase};
 use crate::core::roles::RoleVector;
 use crate::core::router::RouterConfig;
+use crate::core::router::Strategy;
+use crate::core::watch::Recovery;
 use crate::core::workload::Workload;
 use crate::error::{input, Error};
 use std::path::{Path, PathBuf};
@@ -125,7 +125,10 @@ impl Plan {
             return Err(input("--cpus", format!("must be a positive number of cores, got {}", args.common.cpus)));
         }
         if args.recovery != Recovery::None && args.strategy != Strategy::Plb {
-            return Err(input("--recovery", format!("{} is a plb policy; --strategy is {}", args.recovery.name(), args.strategy)));
+            return Err(input(
+                "--recovery",
+                format!("{} is a plb policy; --strategy is {}", args.recovery.name(), args.strategy),
+            ));
         }
         if args.common.detection != Detection::Oracle && args.common.probe_interval_ms == 0 {
             return Err(input("--probe-interval-ms", "must be at least 1"));

@@ -2,10 +2,10 @@
 //! checks the accounting, and writes the run folder. The backends differ only
 //! in how sessions execute; routing, metrics and files are shared.
 
+use crate::backend;
 use crate::cli::{ClusterKind, Detection};
 use crate::core::metrics::{Collector, RunMetrics};
 use crate::core::model::Class;
-use crate::backend;
 use crate::error::Error;
 use crate::plan::Plan;
 use crate::report::files::{write_run, RunFiles};
@@ -47,7 +47,8 @@ pub struct RunOutput {
 pub fn execute(plan: &Plan) -> Result<RunOutput, Error> {
     let started = chrono::Utc::now();
     let clock = Instant::now();
-    let collector = Collector::new(plan.phases.clone(), plan.args.common.replicas, plan.args.common.cpus, plan.args.common.raw);
+    let collector =
+        Collector::new(plan.phases.clone(), plan.args.common.replicas, plan.args.common.cpus, plan.args.common.raw);
     let (collector, outcome) = match plan.args.common.cluster {
         ClusterKind::Sim => backend::run_sim(plan, collector),
         ClusterKind::Local | ClusterKind::Docker | ClusterKind::External => backend::run_real(plan, collector)?,
@@ -240,6 +241,7 @@ struct Resolved<'a> {
 
 /// config.toml: the fully resolved settings, workload and scaled schedule.
 fn resolved_config(plan: &Plan) -> anyhow::Result<String> {
-    let body = toml::to_string_pretty(&Resolved { settings: settings(plan), faults: &plan.faults, workload: &plan.workload })?;
+    let body =
+        toml::to_string_pretty(&Resolved { settings: settings(plan), faults: &plan.faults, workload: &plan.workload })?;
     Ok(format!("# Fully resolved settings of this run (plbbench {}).\n{body}", env!("CARGO_PKG_VERSION")))
 }

@@ -8,11 +8,11 @@
 use crate::core::admission::{Decision, Gate};
 use crate::core::degradation::Load;
 use crate::core::health::Evidence;
-use crate::core::watch::{Note, Watch};
 use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
 use crate::core::model::{Action, FaultEvent, ReplicaId};
 use crate::core::router::Router;
 use crate::core::schedule::Client;
+use crate::core::watch::{Note, Watch};
 use crate::core::workload::Workload;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -75,7 +75,18 @@ struct Server {
 
 impl Server {
     fn new() -> Server {
-        Server { up: true, paused: false, partitioned: false, share: 1.0, v: 0.0, last_t: 0.0, cpu_s: 0.0, n: 0, jobs: BinaryHeap::new(), epoch: 0 }
+        Server {
+            up: true,
+            paused: false,
+            partitioned: false,
+            share: 1.0,
+            v: 0.0,
+            last_t: 0.0,
+            cpu_s: 0.0,
+            n: 0,
+            jobs: BinaryHeap::new(),
+            epoch: 0,
+        }
     }
 
     /// Whether its clients see no progress (paused or partitioned).
@@ -142,13 +153,19 @@ fn key(t: f64) -> u64 {
 /// Runs the simulation to `duration_s`, feeding `col`.
 pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
     let k = input.router.config().replicas;
-    let servers = (0..k)
-        .map(|_| Server::new())
-        .collect();
+    let servers = (0..k).map(|_| Server::new()).collect();
     let scripts = std::mem::take(&mut input.clients);
     let clients = scripts
         .into_iter()
-        .map(|script| ClientState { script, state: State::Idle { resume: None }, session: 0, session_start: 0.0, intended: 0.0, sent: 0.0, qseq: 0 })
+        .map(|script| ClientState {
+            script,
+            state: State::Idle { resume: None },
+            session: 0,
+            session_start: 0.0,
+            intended: 0.0,
+            sent: 0.0,
+            qseq: 0,
+        })
         .collect();
     let mut sim = Sim {
         input,
@@ -258,7 +275,10 @@ impl Sim<'_, '_> {
         let cpu: Vec<Option<f64>> = samples.iter().map(|s| s.cpu_s).collect();
         let healthy: Vec<bool> = (0..cpu.len()).map(|r| self.input.router.is_healthy(r)).collect();
         let (before, t0) = std::mem::replace(&mut self.last_cpu, (cpu.clone(), self.now));
-        let load = Load { cpu_pct: crate::core::admission::cpu_pct(&before, &cpu, &healthy, self.now - t0, self.input.cpus), ..Load::default() };
+        let load = Load {
+            cpu_pct: crate::core::admission::cpu_pct(&before, &cpu, &healthy, self.now - t0, self.input.cpus),
+            ..Load::default()
+        };
         if let Some(tr) = gate.observe(self.now, load) {
             self.col.event(self.now, "mode", None, format!("{}->{}", tr.from, tr.to));
         }
@@ -283,7 +303,13 @@ impl Sim<'_, '_> {
         let Some(gate) = &mut self.input.gate else { return };
         for w in gate.expire(self.now) {
             let i = w.client as usize;
-            self.col.admission(w.class, self.now, self.now - w.since_s, true, Some(crate::core::admission::REJECT_DEADLINE));
+            self.col.admission(
+                w.class,
+                self.now,
+                self.now - w.since_s,
+                true,
+                Some(crate::core::admission::REJECT_DEADLINE),
+            );
             self.rejected(i);
         }
     }
@@ -477,7 +503,13 @@ impl Sim<'_, '_> {
         let now = self.now;
         let c = &mut self.clients[i];
         let class = c.script.class;
-        self.col.session_ended(SessionRecord { class, replica: r, start_s: c.session_start, end_s: now, abort: abort.map(String::from) });
+        self.col.session_ended(SessionRecord {
+            class,
+            replica: r,
+            start_s: c.session_start,
+            end_s: now,
+            abort: abort.map(String::from),
+        });
         // A broken session's client retries the failed query and the rest
         // of its work in a new session after a backoff.
         let resume = match c.state {
@@ -485,11 +517,8 @@ impl Sim<'_, '_> {
             _ => None,
         };
         c.state = State::Idle { resume };
-        let next = if abort.is_some() {
-            now + w.client.backoff_ms as f64 / 1000.0
-        } else {
-            now + c.script.between_s(w)
-        };
+        let next =
+            if abort.is_some() { now + w.client.backoff_ms as f64 / 1000.0 } else { now + c.script.between_s(w) };
         c.intended = next;
         self.input.router.release(r, class);
         self.role_events();

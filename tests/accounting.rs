@@ -12,8 +12,7 @@ use std::time::Instant;
 
 /// A fresh empty directory of this test process.
 fn tmp(name: &str) -> std::path::PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("plbbench-accounting-{}-{name}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("plbbench-accounting-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -56,23 +55,15 @@ fn a_session_the_backend_lost_fails_the_run_and_writes_nothing() {
         let (col, mut outcome) = backend::run_sim(&p, collector(&p));
         // One session more in flight than the backend really had open.
         outcome.in_flight[class] += 1;
-        let err =
-            match plbbench::run::conclude(&p, col, outcome, chrono::Utc::now(), Instant::now()) {
-                Ok(_) => panic!("an unbalanced run was written"),
-                Err(e) => e,
-            };
+        let err = match plbbench::run::conclude(&p, col, outcome, chrono::Utc::now(), Instant::now()) {
+            Ok(_) => panic!("an unbalanced run was written"),
+            Err(e) => e,
+        };
         assert!(matches!(err, Error::Run(_)), "not a run failure: {err:?}");
         assert_eq!(err.exit_code(), 1);
         let msg = format!("{err:#}");
-        assert!(
-            msg.contains("sessions started") && msg.contains("in flight"),
-            "message: {msg}"
-        );
-        assert!(
-            leftovers(&out).is_empty(),
-            "files left behind: {:?}",
-            leftovers(&out)
-        );
+        assert!(msg.contains("sessions started") && msg.contains("in flight"), "message: {msg}");
+        assert!(leftovers(&out).is_empty(), "files left behind: {:?}", leftovers(&out));
     }
     let _ = std::fs::remove_dir_all(&tmp);
 }
@@ -83,15 +74,8 @@ fn the_same_run_with_honest_books_is_written() {
     let out = tmp.join("run");
     let p = plan(&out, true);
     let (col, outcome) = backend::run_sim(&p, collector(&p));
-    plbbench::run::conclude(&p, col, outcome, chrono::Utc::now(), Instant::now())
-        .expect("balanced run");
-    for f in [
-        "summary.json",
-        "phases.csv",
-        "timeseries.csv",
-        "queries.csv",
-        "report.html",
-    ] {
+    plbbench::run::conclude(&p, col, outcome, chrono::Utc::now(), Instant::now()).expect("balanced run");
+    for f in ["summary.json", "phases.csv", "timeseries.csv", "queries.csv", "report.html"] {
         assert!(out.join(f).is_file(), "{f} missing");
     }
     assert_eq!(leftovers(&out), vec!["run".to_string()]);

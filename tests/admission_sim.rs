@@ -29,36 +29,88 @@ fn workload(dir: &Path, section: &str) -> PathBuf {
 fn csv(dir: &Path, name: &str) -> Vec<std::collections::HashMap<String, String>> {
     let mut r = csv::Reader::from_path(dir.join(name)).unwrap();
     let h = r.headers().unwrap().clone();
-    r.records().map(|x| h.iter().zip(x.unwrap().iter()).map(|(a, b)| (a.to_string(), b.to_string())).collect()).collect()
+    r.records()
+        .map(|x| h.iter().zip(x.unwrap().iter()).map(|(a, b)| (a.to_string(), b.to_string())).collect())
+        .collect()
 }
 
 #[test]
 fn survival_limits_each_replica_and_rejections_are_counted() {
     let dir = tmp("survival");
-    let w = workload(&dir, "cpu_pct = [10.0, 20.0, 30.0]\nmin_mode_duration_s = 10.0\nreplica_sessions = 20\nqueue_deadline_ms = 2000");
+    let w = workload(
+        &dir,
+        "cpu_pct = [10.0, 20.0, 30.0]\nmin_mode_duration_s = 10.0\nreplica_sessions = 20\nqueue_deadline_ms = 2000",
+    );
     let out = dir.join("run");
     let o = plbbench(&[
-        "run", "--cluster", "sim", "-q", "--faults", "cascade", "--admission", "modes", "--workload", w.to_str().unwrap(),
-        "--out", out.to_str().unwrap(),
+        "run",
+        "--cluster",
+        "sim",
+        "-q",
+        "--faults",
+        "cascade",
+        "--admission",
+        "modes",
+        "--workload",
+        w.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let events = csv(&out, "events.csv");
-    assert!(events.iter().any(|e| e["kind"] == "mode" && e["detail"].ends_with("->survival")), "never reached Survival");
+    assert!(
+        events.iter().any(|e| e["kind"] == "mode" && e["detail"].ends_with("->survival")),
+        "never reached Survival"
+    );
     // No replica ever holds more than the 100 % limit of 20 sessions
     // (without admission the Mixed replica holds ~70 here).
-    let most = csv(&out, "replicas.csv").iter().map(|r| r["active_p"].parse::<u32>().unwrap() + r["active_f"].parse::<u32>().unwrap()).max().unwrap();
+    let most = csv(&out, "replicas.csv")
+        .iter()
+        .map(|r| r["active_p"].parse::<u32>().unwrap() + r["active_f"].parse::<u32>().unwrap())
+        .max()
+        .unwrap();
     assert!(most <= 20 && most > 0, "{most} sessions on one replica");
-    let rejected = |class: &str| csv(&out, "phases.csv").iter().filter(|r| r["class"] == class).map(|r| r["rejected"].parse::<u64>().unwrap()).sum::<u64>();
-    assert!(rejected("P") > 0 && rejected("F") > 0, "Survival admits Critical only: {} {}", rejected("P"), rejected("F"));
+    let rejected = |class: &str| {
+        csv(&out, "phases.csv")
+            .iter()
+            .filter(|r| r["class"] == class)
+            .map(|r| r["rejected"].parse::<u64>().unwrap())
+            .sum::<u64>()
+    };
+    assert!(
+        rejected("P") > 0 && rejected("F") > 0,
+        "Survival admits Critical only: {} {}",
+        rejected("P"),
+        rejected("F")
+    );
     let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
-    assert_eq!((summary["settings"]["strategy"].as_str(), summary["settings"]["admission"].as_str()), (Some("plb+modes"), Some("modes")));
-    let reasons: u64 = summary["accounting"][1]["rejections"].as_array().unwrap().iter().map(|r| r[1].as_u64().unwrap()).sum();
+    assert_eq!(
+        (summary["settings"]["strategy"].as_str(), summary["settings"]["admission"].as_str()),
+        (Some("plb+modes"), Some("modes"))
+    );
+    let reasons: u64 =
+        summary["accounting"][1]["rejections"].as_array().unwrap().iter().map(|r| r[1].as_u64().unwrap()).sum();
     assert_eq!(reasons, rejected("F"));
     // Same run without admission: no limit, nothing rejected.
     let none = dir.join("none");
-    let o = plbbench(&["run", "--cluster", "sim", "-q", "--faults", "cascade", "--workload", w.to_str().unwrap(), "--out", none.to_str().unwrap()]);
+    let o = plbbench(&[
+        "run",
+        "--cluster",
+        "sim",
+        "-q",
+        "--faults",
+        "cascade",
+        "--workload",
+        w.to_str().unwrap(),
+        "--out",
+        none.to_str().unwrap(),
+    ]);
     assert!(o.status.success());
-    let most = csv(&none, "replicas.csv").iter().map(|r| r["active_p"].parse::<u32>().unwrap() + r["active_f"].parse::<u32>().unwrap()).max().unwrap();
+    let most = csv(&none, "replicas.csv")
+        .iter()
+        .map(|r| r["active_p"].parse::<u32>().unwrap() + r["active_f"].parse::<u32>().unwrap())
+        .max()
+        .unwrap();
     assert!(most > 20, "the limit above came from admission: {most}");
     std::fs::remove_dir_all(dir).unwrap();
 }
@@ -67,7 +119,18 @@ fn survival_limits_each_replica_and_rejections_are_counted() {
 fn bad_degradation_values_exit_2_naming_the_field() {
     let dir = tmp("bad");
     let w = workload(&dir, "queue = [500.0, 100.0, 1000.0]");
-    let o = plbbench(&["run", "--cluster", "sim", "-q", "--admission", "modes", "--workload", w.to_str().unwrap(), "--out", dir.join("x").to_str().unwrap()]);
+    let o = plbbench(&[
+        "run",
+        "--cluster",
+        "sim",
+        "-q",
+        "--admission",
+        "modes",
+        "--workload",
+        w.to_str().unwrap(),
+        "--out",
+        dir.join("x").to_str().unwrap(),
+    ]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("degradation.queue") && err.trim().lines().count() == 1, "{err}");
@@ -82,14 +145,39 @@ fn bad_degradation_values_exit_2_naming_the_field() {
 fn experiment_takes_admission_as_an_axis() {
     let dir = tmp("exp");
     let o = plbbench(&[
-        "experiment", "--cluster", "sim", "-q", "--strategies", "plb", "--admission", "none,modes", "--mixes", "25:75", "--faults",
-        "cascade", "--repeat", "1", "--time-scale", "0.2", "--out", dir.to_str().unwrap(),
+        "experiment",
+        "--cluster",
+        "sim",
+        "-q",
+        "--strategies",
+        "plb",
+        "--admission",
+        "none,modes",
+        "--mixes",
+        "25:75",
+        "--faults",
+        "cascade",
+        "--repeat",
+        "1",
+        "--time-scale",
+        "0.2",
+        "--out",
+        dir.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let e: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("experiment.json")).unwrap()).unwrap();
     assert_eq!(e["strategies"], serde_json::json!(["plb", "plb+modes"]));
     assert!(dir.join("runs/cascade-25-75-plb-r1").is_dir() && dir.join("runs/cascade-25-75-plb+modes-r1").is_dir());
-    let o = plbbench(&["experiment", "--cluster", "sim", "-q", "--admission", "none,none", "--out", dir.join("y").to_str().unwrap()]);
+    let o = plbbench(&[
+        "experiment",
+        "--cluster",
+        "sim",
+        "-q",
+        "--admission",
+        "none,none",
+        "--out",
+        dir.join("y").to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(2));
     std::fs::remove_dir_all(dir).unwrap();
 }

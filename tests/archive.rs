@@ -75,9 +75,23 @@ fn archive_lists_runs_and_experiments_newest_first_with_working_links() {
     // Written in this order, so folder times would give the opposite order.
     ok(plbbench_in(&tmp.0, &[&RUN[..], &["--strategy", "plb", "--out", &out("old-plb-25:75")]].concat()));
     ok(plbbench_in(&tmp.0, &[&RUN[..], &["--strategy", "rr", "--out", &out("examples/new-rr")]].concat()));
-    let exp = ["experiment", "--cluster", "sim", "--quiet", "--strategies", "plb,lc", "--mixes", "50:50", "--faults", "premium-fault"];
+    let exp = [
+        "experiment",
+        "--cluster",
+        "sim",
+        "--quiet",
+        "--strategies",
+        "plb,lc",
+        "--mixes",
+        "50:50",
+        "--faults",
+        "premium-fault",
+    ];
     let exp_out = out("nested/deeper/exp");
-    ok(plbbench_in(&tmp.0, &[&exp[..], &["--repeat", "1", "--T", "100", "--time-scale", "0.2", "--out", &exp_out]].concat()));
+    ok(plbbench_in(
+        &tmp.0,
+        &[&exp[..], &["--repeat", "1", "--T", "100", "--time-scale", "0.2", "--out", &exp_out]].concat(),
+    ));
     set_started(&root.join("old-plb-25:75/summary.json"), "2021-03-01T10:00:00Z");
     set_started(&root.join("examples/new-rr/summary.json"), "2023-03-01T10:00:00Z");
     set_started(&root.join("nested/deeper/exp/runs/premium-fault-50-50-plb-r1/summary.json"), "2022-03-01T10:00:00Z");
@@ -125,8 +139,12 @@ fn runs_under_reports_refresh_the_index_and_a_failed_refresh_only_warns() {
     ok(plbbench_in(&tmp.0, &[&RUN[..], &["--out", "reports/b"]].concat()));
     let html = std::fs::read_to_string(&index).expect("index written after the run");
     assert!(html.contains("./b/report.html"));
-    let exp = ["experiment", "--cluster", "sim", "--quiet", "--strategies", "rr", "--mixes", "25:75", "--faults", "cascade"];
-    ok(plbbench_in(&tmp.0, &[&exp[..], &["--repeat", "1", "--T", "100", "--time-scale", "0.2", "--out", "reports/e"]].concat()));
+    let exp =
+        ["experiment", "--cluster", "sim", "--quiet", "--strategies", "rr", "--mixes", "25:75", "--faults", "cascade"];
+    ok(plbbench_in(
+        &tmp.0,
+        &[&exp[..], &["--repeat", "1", "--T", "100", "--time-scale", "0.2", "--out", "reports/e"]].concat(),
+    ));
     let html = std::fs::read_to_string(&index).unwrap();
     assert!(html.contains("./b/report.html") && html.contains("./e/"), "the experiment refreshed it too");
 

@@ -51,13 +51,35 @@ fn closed_and_open_loop_against_a_real_server() {
         return;
     }
     let dir = std::env::temp_dir().join(format!("plbbench-bench-cli-{}", std::process::id()));
-    let opts = LocalOptions { replicas: 1, cpus: 0.0, state_dir: dir.clone(), scale: 0.001, seed: 7, base_port: 0, max_connections: 20 };
+    let opts = LocalOptions {
+        replicas: 1,
+        cpus: 0.0,
+        state_dir: dir.clone(),
+        scale: 0.001,
+        seed: 7,
+        base_port: 0,
+        max_connections: 20,
+    };
     let cluster = LocalCluster::up(&opts).expect("one local server");
     let dsn = cluster.dsn(0);
 
     let closed = json(&plbbench(&[
-        "bench", "--dsn", &dsn, "--query", "SELECT $1::int8 + 1", "--key-range", "1000", "--prepared", "-c", "4", "-j", "2", "-T", "2",
-        "--format", "json",
+        "bench",
+        "--dsn",
+        &dsn,
+        "--query",
+        "SELECT $1::int8 + 1",
+        "--key-range",
+        "1000",
+        "--prepared",
+        "-c",
+        "4",
+        "-j",
+        "2",
+        "-T",
+        "2",
+        "--format",
+        "json",
     ]));
     eprintln!("closed: {closed}");
     assert_eq!(closed["mode"], "closed");
@@ -69,7 +91,20 @@ fn closed_and_open_loop_against_a_real_server() {
 
     // Simple protocol with the key inlined, open loop at 200 qps for 2 s.
     let open = json(&plbbench(&[
-        "bench", "--dsn", &dsn, "--query", "SELECT $1 + 1", "--key-range", "1000", "-c", "4", "-T", "2", "--rate", "200", "--format",
+        "bench",
+        "--dsn",
+        &dsn,
+        "--query",
+        "SELECT $1 + 1",
+        "--key-range",
+        "1000",
+        "-c",
+        "4",
+        "-T",
+        "2",
+        "--rate",
+        "200",
+        "--format",
         "json",
     ]));
     eprintln!("open: {open}");

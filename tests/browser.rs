@@ -103,16 +103,29 @@ struct Check {
 fn check_page(bin: &Path, page: &Path, min_figures: usize, shot: &Path) {
     let html = std::fs::read_to_string(page).unwrap();
     let source_figures = html.matches("<figure").count();
-    assert!(source_figures >= min_figures, "{}: {source_figures} figures, expected at least {min_figures}", page.display());
+    assert!(
+        source_figures >= min_figures,
+        "{}: {source_figures} figures, expected at least {min_figures}",
+        page.display()
+    );
     let probe = page.with_file_name("browser-probe.html");
-    let probed = html.replacen("<head>", &format!("<head>{RECORD_ERRORS}"), 1).replacen("</body>", &format!("{MEASURE}</body>"), 1);
+    let probed = html.replacen("<head>", &format!("<head>{RECORD_ERRORS}"), 1).replacen(
+        "</body>",
+        &format!("{MEASURE}</body>"),
+        1,
+    );
     std::fs::write(&probe, probed).unwrap();
     let profile = page.with_file_name("chromium-profile");
     let url = format!("file://{}", probe.display());
     let out = headless(bin, &profile, &["--virtual-time-budget=10000".into(), "--dump-dom".into()], &url);
     let dom = String::from_utf8_lossy(&out.stdout);
     let json = dom.split("PLBRESULT").nth(1).unwrap_or_else(|| {
-        panic!("{}: the probe did not report (exit {:?}); stderr:\n{}", page.display(), out.status, String::from_utf8_lossy(&out.stderr))
+        panic!(
+            "{}: the probe did not report (exit {:?}); stderr:\n{}",
+            page.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
     });
     let check: Check = serde_json::from_str(&json.replace("&quot;", "\"")).expect("probe JSON");
     assert_eq!(check.figures, source_figures, "{}: figures in the DOM vs the file", page.display());
@@ -127,7 +140,12 @@ fn check_page(bin: &Path, page: &Path, min_figures: usize, shot: &Path) {
     let args = [format!("--screenshot={}", shot.display()), "--window-size=1300,4000".into()];
     let out = headless(bin, &profile, &args, &url);
     let size = std::fs::metadata(shot).map(|m| m.len()).unwrap_or(0);
-    assert!(size > 20_000, "{}: screenshot of {size} bytes; stderr:\n{}", shot.display(), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        size > 20_000,
+        "{}: screenshot of {size} bytes; stderr:\n{}",
+        shot.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
     let _ = std::fs::remove_dir_all(&profile);
 }
 
@@ -155,7 +173,8 @@ fn run_and_experiment_reports_render_in_chromium() {
     // RQ1, Fig. 4 for two mixes and two classes, Fig. 5, Fig. 6.
     check_page(&bin, &exp.join("report.html"), 7, &shots.join("experiment.png"));
     let html = std::fs::read_to_string(exp.join("report.html")).unwrap();
-    let unescape = |h: &str| h.replace("&#x2f;", "/").replace("&#x27;", "'").replace("&quot;", "\"").replace("&amp;", "&");
+    let unescape =
+        |h: &str| h.replace("&#x2f;", "/").replace("&#x27;", "'").replace("&quot;", "\"").replace("&amp;", "&");
     let hrefs: Vec<String> = html.split("href=\"").skip(1).filter_map(|s| s.split('"').next()).map(unescape).collect();
     let runs = hrefs.iter().filter(|h| h.starts_with("runs/")).count();
     assert!(runs >= 24, "{runs} links to runs");

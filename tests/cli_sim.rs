@@ -28,7 +28,16 @@ fn sim_run_writes_every_file_and_is_reproducible() {
         let out = sim_run(dir, &["--strategy", "plb", "--mix", "25:75", "--T", "1000", "--seed", seed, "--raw"]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
-    for f in ["report.html", "summary.json", "phases.csv", "timeseries.csv", "replicas.csv", "events.csv", "queries.csv", "config.toml"] {
+    for f in [
+        "report.html",
+        "summary.json",
+        "phases.csv",
+        "timeseries.csv",
+        "replicas.csv",
+        "events.csv",
+        "queries.csv",
+        "config.toml",
+    ] {
         assert!(a.join(f).is_file(), "missing {f}");
     }
     let read = |d: &Path| std::fs::read(d.join("phases.csv")).unwrap();

@@ -50,8 +50,22 @@ fn fixture(name: &str) -> Fixture {
     }
     for (dir, seed) in [(&f.exp1, "1"), (&f.exp2, "4")] {
         let exp = [
-            "experiment", "--cluster", "sim", "--quiet", "--strategies", "plb,rr", "--mixes", "25:75", "--faults", "cascade",
-            "--repeat", "2", "--T", "200", "--time-scale", "0.2",
+            "experiment",
+            "--cluster",
+            "sim",
+            "--quiet",
+            "--strategies",
+            "plb,rr",
+            "--mixes",
+            "25:75",
+            "--faults",
+            "cascade",
+            "--repeat",
+            "2",
+            "--T",
+            "200",
+            "--time-scale",
+            "0.2",
         ];
         ok(&plbbench(&[&exp[..], &["--seed", seed, "--out", dir]].concat()));
     }
@@ -64,7 +78,8 @@ fn phases(dir: &str) -> BTreeMap<(String, String), BTreeMap<String, String>> {
     let header = r.headers().unwrap().clone();
     r.records()
         .map(|rec| {
-            let row: BTreeMap<String, String> = header.iter().zip(rec.unwrap().iter()).map(|(h, v)| (h.into(), v.into())).collect();
+            let row: BTreeMap<String, String> =
+                header.iter().zip(rec.unwrap().iter()).map(|(h, v)| (h.into(), v.into())).collect();
             ((row["phase"].clone(), row["class"].clone()), row)
         })
         .collect()
@@ -112,7 +127,15 @@ fn violated_threshold_exits_1_and_names_it_met_threshold_exits_0() {
     for file in ["summary.json", "phases.csv"] {
         std::fs::copy(Path::new(&f.plb).join(file), copy.join(file)).unwrap();
     }
-    let out = plbbench(&["compare", &f.plb, copy.to_str().unwrap(), "--threshold", "*.*.p95<=+0%", "--threshold", "*.*.goodput>=-0%"]);
+    let out = plbbench(&[
+        "compare",
+        &f.plb,
+        copy.to_str().unwrap(),
+        "--threshold",
+        "*.*.p95<=+0%",
+        "--threshold",
+        "*.*.goodput>=-0%",
+    ]);
     let text = ok(&out);
     assert!(text.contains("0 of 20 checks violated"), "5 phases x 2 classes x 2 thresholds: {text}");
 }
@@ -122,11 +145,17 @@ fn bad_input_exits_2_with_one_line_naming_it() {
     let f = fixture("bad_input_ex");
     let missing = f.root.join("nope").to_str().unwrap().to_string();
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec![&f.plb, &f.rr, "--threshold", "premium.down2.p95_ms<10%"], "--threshold: `premium.down2.p95_ms<10%`: limit `10%`"),
+        (
+            vec![&f.plb, &f.rr, "--threshold", "premium.down2.p95_ms<10%"],
+            "--threshold: `premium.down2.p95_ms<10%`: limit `10%`",
+        ),
         (vec![&f.plb, &f.rr, "--threshold", "premium.down2.p95_ms"], "no comparison operator"),
         (vec![&f.plb, &f.rr, "--threshold", "gold.down2.p95_ms<+1%"], "unknown class `gold`"),
         (vec![&f.plb, &f.rr, "--threshold", "premium.down2.speed<+1%"], "unknown metric `speed`"),
-        (vec![&f.plb, &f.rr, "--threshold", "premium.down7.p95_ms<+1%"], "no phase `down7`; it has baseline, down1, down2"),
+        (
+            vec![&f.plb, &f.rr, "--threshold", "premium.down7.p95_ms<+1%"],
+            "no phase `down7`; it has baseline, down1, down2",
+        ),
         (vec![&f.exp1, &f.exp2, "--threshold", "premium.down1.aborted<=+0"], "has no aborted_sessions"),
         (vec![&f.exp1, &f.exp2, "--threshold", "lc/*/*/premium.down1.p95<+1%"], "no cell matches the selector"),
         (vec![&f.plb, "--threshold", "premium.down1.p95<+1%"], "needs a folder to compare"),
@@ -199,7 +228,10 @@ fn markdown_renders_a_table() {
     let f = fixture("markdown_ren");
     let md = ok(&plbbench(&["compare", &f.plb, &f.rr, "--format", "markdown", "--metrics", "goodput,p95_ms"]));
     let lines: Vec<&str> = md.lines().collect();
-    let header = lines.iter().position(|l| l.starts_with("| phase | K+ | class | metric | better | A | B | Δ B |")).expect("header");
+    let header = lines
+        .iter()
+        .position(|l| l.starts_with("| phase | K+ | class | metric | better | A | B | Δ B |"))
+        .expect("header");
     assert_eq!(lines[header + 1], "| --- | --- | --- | --- | --- | ---: | ---: | ---: |");
     let rows: Vec<&&str> = lines[header + 2..].iter().take_while(|l| l.starts_with('|')).collect();
     assert_eq!(rows.len(), 5 * 2 * 2, "phases x classes x metrics");
@@ -214,7 +246,10 @@ fn markdown_renders_a_table() {
     assert!(md.contains("#### Thresholds: 5 of 5 checks violated"), "{md}");
     let rows: Vec<&str> = md.lines().filter(|l| l.starts_with("| premium.")).collect();
     assert_eq!(rows.len(), 5, "{md}");
-    assert!(rows.iter().all(|r| r.ends_with("| `premium.*.p95_ms<-100%` |") && r.contains("limit < -100%")), "{rows:?}");
+    assert!(
+        rows.iter().all(|r| r.ends_with("| `premium.*.p95_ms<-100%` |") && r.contains("limit < -100%")),
+        "{rows:?}"
+    );
 }
 
 #[test]
@@ -222,8 +257,16 @@ fn experiments_compare_cell_by_cell_with_a_self_contained_page() {
     let f = fixture("experiments_");
     let html = f.root.join("cmp.html");
     let out = plbbench(&[
-        "compare", &f.exp1, &f.exp2, &f.plb, "--html", html.to_str().unwrap(), "--format", "json",
-        "--threshold", "plb/25:75/cascade/premium.down2.p95_ms<+100000%",
+        "compare",
+        &f.exp1,
+        &f.exp2,
+        &f.plb,
+        "--html",
+        html.to_str().unwrap(),
+        "--format",
+        "json",
+        "--threshold",
+        "plb/25:75/cascade/premium.down2.p95_ms<+100000%",
     ]);
     let v: serde_json::Value = serde_json::from_str(&ok(&out)).unwrap();
     let groups = v["groups"].as_array().unwrap();
@@ -232,9 +275,20 @@ fn experiments_compare_cell_by_cell_with_a_self_contained_page() {
     // The run joins only its own cell.
     assert_eq!(groups[0]["columns"][2], "plb/25:75/cascade");
     assert!(groups[1]["columns"][2].is_null());
-    let row = groups[0]["rows"].as_array().unwrap().iter().find(|r| r["phase"] == "down2" && r["class"] == "P" && r["metric"] == "p95_ms").unwrap();
-    let cells: serde_json::Value = serde_json::from_slice(&std::fs::read(Path::new(&f.exp1).join("experiment.json")).unwrap()).unwrap();
-    let cell = cells["cells"].as_array().unwrap().iter().find(|c| c["strategy"] == "plb" && c["phase"] == "down2" && c["class"] == "P").unwrap();
+    let row = groups[0]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["phase"] == "down2" && r["class"] == "P" && r["metric"] == "p95_ms")
+        .unwrap();
+    let cells: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(Path::new(&f.exp1).join("experiment.json")).unwrap()).unwrap();
+    let cell = cells["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["strategy"] == "plb" && c["phase"] == "down2" && c["class"] == "P")
+        .unwrap();
     assert_eq!(row["values"][0]["value"], cell["p95_ms"]["median"]);
     assert_eq!(row["values"][0]["q1"], cell["p95_ms"]["q1"]);
     assert_eq!(row["values"][0]["n"], 2);

@@ -46,7 +46,11 @@ fn image() {
     BUILT.call_once(|| {
         let t = Instant::now();
         let built = docker::build_image(std::env::var_os("CI").is_some()).expect("image build");
-        let how = if built.reused { "reused".to_string() } else { format!("built from nothing in {:.0} s", t.elapsed().as_secs_f64()) };
+        let how = if built.reused {
+            "reused".to_string()
+        } else {
+            format!("built from nothing in {:.0} s", t.elapsed().as_secs_f64())
+        };
         eprintln!("image {} ({} MiB): {how}", docker_image::IMAGE, built.size >> 20);
     });
 }
@@ -64,7 +68,10 @@ async fn engine() -> Docker {
 async fn labelled(d: &Docker, label: &str) -> Vec<String> {
     let f: HashMap<String, Vec<String>> = [("label".to_string(), vec![label.to_string()])].into();
     let mut out = Vec::new();
-    let c = d.list_containers(Some(ListContainersOptions { all: true, filters: Some(f.clone()), ..Default::default() })).await.unwrap();
+    let c = d
+        .list_containers(Some(ListContainersOptions { all: true, filters: Some(f.clone()), ..Default::default() }))
+        .await
+        .unwrap();
     out.extend(c.into_iter().map(|c| format!("container:{:?}", c.names)));
     let n = d.list_networks(Some(ListNetworksOptions { filters: Some(f.clone()) })).await.unwrap();
     out.extend(n.into_iter().map(|n| format!("network:{:?}", n.name)));
@@ -118,7 +125,15 @@ fn image_cluster_every_fault_and_cleanup() {
 
     let dir = std::env::temp_dir().join(format!("plbbench-docker-test-{}", std::process::id()));
     let scale = 0.01;
-    let opts = DockerOptions { replicas: 5, cpus: 0.3, memory_mib: 512, scale, seed: 7, state_dir: dir.clone(), max_connections: 40 };
+    let opts = DockerOptions {
+        replicas: 5,
+        cpus: 0.3,
+        memory_mib: 512,
+        scale,
+        seed: 7,
+        state_dir: dir.clone(),
+        max_connections: 40,
+    };
     let t = Instant::now();
     let mut c = DockerCluster::up(&opts).expect("cluster up");
     eprintln!("cluster up (5 containers, scale {scale}) in {:.1} s: {:?}", t.elapsed().as_secs_f64(), c.up_timings());
@@ -177,7 +192,10 @@ fn image_cluster_every_fault_and_cleanup() {
 
     // Partition: no answer from outside; Heal: it answers again.
     c.apply(4, Fault::Partition).unwrap();
-    assert!(rt.block_on(query(&c.config(4), "SELECT 1", Duration::from_secs(3))).is_err(), "partitioned replica answered");
+    assert!(
+        rt.block_on(query(&c.config(4), "SELECT 1", Duration::from_secs(3))).is_err(),
+        "partitioned replica answered"
+    );
     c.apply(4, Fault::Heal).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while rt.block_on(query(&c.config(4), "SELECT 1", Duration::from_secs(2))).is_err() {
@@ -204,7 +222,8 @@ fn cascade_run_on_docker_routes_around_downs_and_down_all_cleans() {
     image();
     let sb = Sandbox::new("docker");
     let bin = env!("CARGO_BIN_EXE_plbbench");
-    let plbbench = |args: &[&str]| Command::new(bin).args(args).env("PLBBENCH_STATE_DIR", sb.state_dir()).output().unwrap();
+    let plbbench =
+        |args: &[&str]| Command::new(bin).args(args).env("PLBBENCH_STATE_DIR", sb.state_dir()).output().unwrap();
     // However the test ends, the cluster it brought up goes.
     struct Down<'a>(&'a dyn Fn(&[&str]) -> std::process::Output);
     impl Drop for Down<'_> {
@@ -216,10 +235,19 @@ fn cascade_run_on_docker_routes_around_downs_and_down_all_cleans() {
     let t = Instant::now();
     let up = plbbench(&["cluster", "up", "--backend", "docker"]);
     assert!(up.status.success(), "cluster up: {}", String::from_utf8_lossy(&up.stderr));
-    eprintln!("cluster up --backend docker: {:.1} s; {}", t.elapsed().as_secs_f64(), String::from_utf8_lossy(&up.stderr).trim());
+    eprintln!(
+        "cluster up --backend docker: {:.1} s; {}",
+        t.elapsed().as_secs_f64(),
+        String::from_utf8_lossy(&up.stderr).trim()
+    );
     assert_eq!(String::from_utf8_lossy(&up.stdout).lines().count(), 5, "one DSN per replica");
     let status = plbbench(&["cluster", "status", "--backend", "docker"]);
-    assert_eq!(String::from_utf8_lossy(&status.stdout).matches(" running ").count(), 5, "{}", String::from_utf8_lossy(&status.stdout));
+    assert_eq!(
+        String::from_utf8_lossy(&status.stdout).matches(" running ").count(),
+        5,
+        "{}",
+        String::from_utf8_lossy(&status.stdout)
+    );
 
     let mut run = Running::start_on(&sb, "docker", "cascade", &["--time-scale", "0.1", "--raw"]);
     let st = run.finish(RUN_LIMIT);
@@ -231,12 +259,23 @@ fn cascade_run_on_docker_routes_around_downs_and_down_all_cleans() {
     assert!(f.summary["environment"]["postgres_version"].as_str().unwrap().contains("PostgreSQL 15"));
     for (replica, down_at, rejoin_at) in [("r1", 12.0, 21.0), ("r2", 15.0, 24.0)] {
         let faults = f.events_of("fault", replica);
-        assert_eq!(faults.iter().map(|e| e.1.as_str()).collect::<Vec<_>>(), ["Down", "Rejoin"], "{replica}: {faults:?}");
+        assert_eq!(
+            faults.iter().map(|e| e.1.as_str()).collect::<Vec<_>>(),
+            ["Down", "Rejoin"],
+            "{replica}: {faults:?}"
+        );
         let detected = f.events_of("detect", replica);
-        let down = detected.iter().find(|e| e.1.starts_with("down")).unwrap_or_else(|| panic!("{replica} never detected down"));
+        let down = detected
+            .iter()
+            .find(|e| e.1.starts_with("down"))
+            .unwrap_or_else(|| panic!("{replica} never detected down"));
         assert!(down.0 >= down_at - 0.01 && down.0 < down_at + 3.0, "{replica} detected down at {}", down.0);
         // Routed around: no query succeeds on it between detection and its Rejoin.
-        let bad: Vec<_> = f.queries.iter().filter(|q| q.replica == replica && q.ok && q.start > down.0 + 0.1 && q.end < rejoin_at).collect();
+        let bad: Vec<_> = f
+            .queries
+            .iter()
+            .filter(|q| q.replica == replica && q.ok && q.start > down.0 + 0.1 && q.end < rejoin_at)
+            .collect();
         assert!(bad.is_empty(), "{replica} served queries while down: {:?}", &bad[..bad.len().min(3)]);
         let ok_after = f.queries.iter().filter(|q| q.replica == replica && q.ok && q.start > rejoin_at).count();
         assert!(ok_after > 0, "{replica} served nothing after its Rejoin");

@@ -21,8 +21,23 @@ fn tmp(name: &str) -> PathBuf {
 /// 2 strategies x 1 mix x 1 fault x 3 repeats, small and time-scaled.
 fn small_grid(out: &Path, extra: &[&str]) -> Output {
     let mut args = vec![
-        "experiment", "--cluster", "sim", "--strategies", "plb,rr", "--mixes", "25:75", "--faults", "cascade",
-        "--repeat", "3", "--T", "200", "--time-scale", "0.2", "--out", out.to_str().unwrap(),
+        "experiment",
+        "--cluster",
+        "sim",
+        "--strategies",
+        "plb,rr",
+        "--mixes",
+        "25:75",
+        "--faults",
+        "cascade",
+        "--repeat",
+        "3",
+        "--T",
+        "200",
+        "--time-scale",
+        "0.2",
+        "--out",
+        out.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
     let o = plbbench(&args);
@@ -39,7 +54,8 @@ const RUNS: [&str; 6] = [
     "cascade-25-75-rr-r3",
 ];
 
-const METRICS: [&str; 7] = ["goodput_qps", "retention", "p95_ms", "inflation_p95", "lifetime_mean_s", "cpu_mean", "cpu_cv"];
+const METRICS: [&str; 7] =
+    ["goodput_qps", "retention", "p95_ms", "inflation_p95", "lifetime_mean_s", "cpu_mean", "cpu_cv"];
 
 /// A CSV file as header-keyed rows.
 fn read_csv(path: &Path) -> Vec<BTreeMap<String, String>> {
@@ -61,7 +77,12 @@ fn close(field: &str, got: &str, want: f64) {
 
 fn mtimes(root: &Path) -> BTreeMap<String, SystemTime> {
     RUNS.iter()
-        .map(|r| (r.to_string(), std::fs::metadata(root.join("runs").join(r).join("summary.json")).unwrap().modified().unwrap()))
+        .map(|r| {
+            (
+                r.to_string(),
+                std::fs::metadata(root.join("runs").join(r).join("summary.json")).unwrap().modified().unwrap(),
+            )
+        })
         .collect()
 }
 
@@ -94,7 +115,8 @@ fn grid_writes_runs_and_medians_of_their_phases() {
     for row in &rows {
         check_row(&root, row);
     }
-    let figures: serde_json::Value = serde_json::from_slice(&std::fs::read(root.join("figures.json")).unwrap()).unwrap();
+    let figures: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root.join("figures.json")).unwrap()).unwrap();
     assert_eq!(figures["rq2"][0]["mix"], "25:75");
     assert_eq!(figures["rq2"][0]["plb_seeds"], serde_json::json!([1, 2, 3]));
     check_report(&root);
@@ -106,8 +128,10 @@ fn grid_writes_runs_and_medians_of_their_phases() {
 /// every run it comes from.
 fn check_report(root: &Path) {
     let html = std::fs::read_to_string(root.join("report.html")).unwrap();
-    let mut svgs: Vec<String> =
-        std::fs::read_dir(root.join("figures")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+    let mut svgs: Vec<String> = std::fs::read_dir(root.join("figures"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into())
+        .collect();
     svgs.sort();
     assert_eq!(svgs, ["fig4-25-75-F.svg", "fig4-25-75-P.svg", "fig5.svg", "fig6.svg"]);
     for f in &svgs {
@@ -155,7 +179,11 @@ fn rerun_recomputes_only_missing_or_partial_runs() {
     std::thread::sleep(std::time::Duration::from_millis(20));
     std::fs::remove_dir_all(root.join("runs").join(RUNS[3])).unwrap();
     let again = small_grid(&root, &[]);
-    assert!(String::from_utf8_lossy(&again.stderr).contains("6 runs, 1 to do (5 kept)"), "{}", String::from_utf8_lossy(&again.stderr));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("6 runs, 1 to do (5 kept)"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
     let after = mtimes(&root);
     for run in RUNS {
         if run == RUNS[3] {
@@ -186,7 +214,8 @@ fn rerun_recomputes_only_missing_or_partial_runs() {
 fn resuming_with_other_settings_is_refused() {
     let root = tmp("mismatch");
     small_grid(&root, &[]);
-    let mut args = vec!["experiment", "--cluster", "sim", "--strategies", "plb,rr", "--mixes", "25:75", "--faults", "cascade"];
+    let mut args =
+        vec!["experiment", "--cluster", "sim", "--strategies", "plb,rr", "--mixes", "25:75", "--faults", "cascade"];
     args.extend(["--repeat", "3", "--T", "300", "--time-scale", "0.2", "--out", root.to_str().unwrap()]);
     let o = plbbench(&args);
     assert_eq!(o.status.code(), Some(2));
@@ -224,16 +253,36 @@ fn bad_grid_exits_2_naming_the_flag_before_any_run() {
 fn detection_and_recovery_axes_and_the_ledger_across_repeats() {
     let out = tmp("axes");
     let o = plbbench(&[
-        "experiment", "--cluster", "sim", "--strategies", "plb,rr", "--mixes", "25:75", "--faults", "cascade",
-        "--detections", "probe,suspicion", "--recovery", "none,probation", "--repeat", "2", "--T", "300",
-        "--out", out.to_str().unwrap(), "--quiet",
+        "experiment",
+        "--cluster",
+        "sim",
+        "--strategies",
+        "plb,rr",
+        "--mixes",
+        "25:75",
+        "--faults",
+        "cascade",
+        "--detections",
+        "probe,suspicion",
+        "--recovery",
+        "none,probation",
+        "--repeat",
+        "2",
+        "--T",
+        "300",
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let mut runs: Vec<String> =
-        std::fs::read_dir(out.join("runs")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut runs: Vec<String> = std::fs::read_dir(out.join("runs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     runs.sort();
     let want = ["plb", "plb+probation", "plb+suspicion", "plb+suspicion+probation", "rr", "rr+suspicion"];
-    let mut expect: Vec<String> = (1..=2).flat_map(|k| want.iter().map(move |v| format!("cascade-25-75-{v}-r{k}"))).collect();
+    let mut expect: Vec<String> =
+        (1..=2).flat_map(|k| want.iter().map(move |v| format!("cascade-25-75-{v}-r{k}"))).collect();
     expect.sort();
     assert_eq!(runs, expect, "probation is a plb policy: no rr+probation runs");
     let text = std::fs::read_to_string(out.join("recovery.csv")).unwrap();
@@ -255,7 +304,9 @@ fn detection_and_recovery_axes_and_the_ledger_across_repeats() {
     }
     // The medians agree with the runs' own ledgers.
     let ledger = |run: &str| -> f64 {
-        let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("runs").join(run).join("summary.json")).unwrap()).unwrap();
+        let s: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("runs").join(run).join("summary.json")).unwrap())
+                .unwrap();
         s["recovery"][0]["detect_s"].as_f64().unwrap()
     };
     let (a, b) = (ledger("cascade-25-75-plb+suspicion-r1"), ledger("cascade-25-75-plb+suspicion-r2"));

@@ -19,7 +19,11 @@ struct Up<'a>(&'a Sandbox);
 
 impl Up<'_> {
     fn plbbench(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_plbbench")).args(args).env("PLBBENCH_STATE_DIR", self.0.state_dir()).output().unwrap()
+        Command::new(env!("CARGO_BIN_EXE_plbbench"))
+            .args(args)
+            .env("PLBBENCH_STATE_DIR", self.0.state_dir())
+            .output()
+            .unwrap()
     }
 }
 
@@ -61,17 +65,40 @@ fn cascade_on_an_external_cluster_with_real_fault_commands() {
 
     // A replica without the dataset is refused (exit 1), naming it.
     let wrong = dsns[0].replace("dbname=plbbench", "dbname=postgres");
-    let bad = up.plbbench(&["run", "--cluster", "external", "--replicas", "1", "--reference", "0,1,0", "--split", "1:0", "--dsn", &wrong, "--faults", "none", "-q"]);
+    let bad = up.plbbench(&[
+        "run",
+        "--cluster",
+        "external",
+        "--replicas",
+        "1",
+        "--reference",
+        "0,1,0",
+        "--split",
+        "1:0",
+        "--dsn",
+        &wrong,
+        "--faults",
+        "none",
+        "-q",
+    ]);
     let err = String::from_utf8_lossy(&bad.stderr);
     assert_eq!(bad.status.code(), Some(1), "{err}");
     assert!(err.contains("dataset") && err.contains("r1"), "{err}");
-    assert!(!err.contains(dsns[0].split("password=").nth(1).unwrap().split(' ').next().unwrap()), "password in an error");
+    assert!(
+        !err.contains(dsns[0].split("password=").nth(1).unwrap().split(' ').next().unwrap()),
+        "password in an error"
+    );
     let none = up.plbbench(&["run", "--cluster", "external", "--faults", "none", "-q"]);
     assert_eq!(none.status.code(), Some(2), "{}", String::from_utf8_lossy(&none.stderr));
 
     let file = sb.root.join("cluster.toml");
     std::fs::write(&file, cluster_file(&dsns, true)).unwrap();
-    let mut run = Running::start_on(&sb, "external", "cascade", &["--time-scale", "0.1", "--raw", "--cluster-file", file.to_str().unwrap()]);
+    let mut run = Running::start_on(
+        &sb,
+        "external",
+        "cascade",
+        &["--time-scale", "0.1", "--raw", "--cluster-file", file.to_str().unwrap()],
+    );
     let st = run.finish(RUN_LIMIT);
     assert!(st.success(), "run failed ({st}):\n{}", sb.stderr());
     let f = Folder::read(&sb.out());
@@ -81,13 +108,23 @@ fn cascade_on_an_external_cluster_with_real_fault_commands() {
         let faults = f.events_of("fault", replica);
         assert_eq!(faults.len(), 2, "{replica}: {faults:?}");
         assert!(faults[0].1.starts_with("Down (exit 0: "), "{replica}: {faults:?}");
-        assert!(faults[1].1.starts_with("Rejoin (exit 0: ") && faults[1].1.contains("applied"), "{replica}: {faults:?}");
+        assert!(
+            faults[1].1.starts_with("Rejoin (exit 0: ") && faults[1].1.contains("applied"),
+            "{replica}: {faults:?}"
+        );
         let down = f.events_of("detect", replica).into_iter().find(|e| e.1.starts_with("down"));
         let down = down.unwrap_or_else(|| panic!("{replica}'s Down was never detected: the command did not stop it"));
         assert!(down.0 >= down_at - 0.01 && down.0 < down_at + 3.0, "{replica} detected down at {}", down.0);
-        let served = f.queries.iter().filter(|q| q.replica == replica && q.ok && q.start > down.0 + 0.1 && q.end < rejoin_at).count();
+        let served = f
+            .queries
+            .iter()
+            .filter(|q| q.replica == replica && q.ok && q.start > down.0 + 0.1 && q.end < rejoin_at)
+            .count();
         assert_eq!(served, 0, "{replica} served queries while its server was stopped");
-        assert!(f.queries.iter().any(|q| q.replica == replica && q.ok && q.start > rejoin_at), "{replica} never served after Rejoin");
+        assert!(
+            f.queries.iter().any(|q| q.replica == replica && q.ok && q.start > rejoin_at),
+            "{replica} never served after Rejoin"
+        );
     }
     let cpu: Vec<f64> = f.replicas.iter().filter_map(|r| r["cpu_fraction"].parse().ok()).collect();
     assert!(cpu.iter().any(|&u| u > 0.05), "the sampler command gave no CPU");
@@ -105,13 +142,27 @@ fn cascade_on_an_external_cluster_with_real_fault_commands() {
 
     // Without a sampler: DSNs on the command line, CPU reported unavailable.
     let out2 = sb.root.join("out2");
-    let mut args = vec!["run", "--cluster", "external", "--faults", "none", "--time-scale", "0.02", "-q", "--T", "100", "--out", out2.to_str().unwrap()];
+    let mut args = vec![
+        "run",
+        "--cluster",
+        "external",
+        "--faults",
+        "none",
+        "--time-scale",
+        "0.02",
+        "-q",
+        "--T",
+        "100",
+        "--out",
+        out2.to_str().unwrap(),
+    ];
     for d in &dsns {
         args.extend(["--dsn", d.as_str()]);
     }
     let quick = up.plbbench(&args);
     assert!(quick.status.success(), "{}", String::from_utf8_lossy(&quick.stderr));
-    let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out2.join("summary.json")).unwrap()).unwrap();
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out2.join("summary.json")).unwrap()).unwrap();
     let v = s["verdicts"].as_array().unwrap().iter().find(|v| v["name"] == "replica cpu").expect("cpu verdict");
     assert!(v["ok"] == false && v["detail"].as_str().unwrap().contains("unavailable"), "{v}");
 }

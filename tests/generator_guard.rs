@@ -24,7 +24,8 @@ fn run(tag: &str, env: &[(&str, &str)]) -> (Value, String) {
     let mut r = Running::start_env(&sb, "none", &["--time-scale", "0.1"], env);
     let status = r.finish(RUN_LIMIT);
     assert!(status.success(), "plbbench run failed ({status}):\n{}", sb.stderr());
-    let summary: Value = serde_json::from_str(&std::fs::read_to_string(sb.out().join("summary.json")).unwrap()).unwrap();
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(sb.out().join("summary.json")).unwrap()).unwrap();
     let html = std::fs::read_to_string(sb.out().join("report.html")).unwrap();
     let enforced = summary["environment"]["cpu_budget_enforced"].as_bool().unwrap();
     assert_cleaned_up(&sb, &r.seen, enforced);
@@ -32,7 +33,12 @@ fn run(tag: &str, env: &[(&str, &str)]) -> (Value, String) {
 }
 
 fn verdict<'a>(s: &'a Value, name: &str) -> &'a Value {
-    s["verdicts"].as_array().unwrap().iter().find(|v| v["name"] == name).unwrap_or_else(|| panic!("no verdict {name}: {s}"))
+    s["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == name)
+        .unwrap_or_else(|| panic!("no verdict {name}: {s}"))
 }
 
 fn num(g: &Value, k: &str) -> f64 {

@@ -46,7 +46,8 @@ fn phases(dir: &Path) -> Vec<(String, u64)> {
 }
 
 fn ledger(dir: &Path) -> Vec<serde_json::Value> {
-    let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
     s["recovery"].as_array().expect("recovery ledger").clone()
 }
 
@@ -56,7 +57,8 @@ fn a_slow_replica_gets_its_fraction_of_the_budget_until_restore() {
     // CPU use before, during and after the slow window is comparable.
     let dir = run("slow", &["--strategy", "rr", "--faults", "slow-replica"]);
     let reps = rows(&dir, "replicas.csv");
-    let (before, during, after) = (cpu(&reps, "r1", 90.0, 120.0), cpu(&reps, "r1", 121.0, 210.0), cpu(&reps, "r1", 211.0, 300.0));
+    let (before, during, after) =
+        (cpu(&reps, "r1", 90.0, 120.0), cpu(&reps, "r1", 121.0, 210.0), cpu(&reps, "r1", 211.0, 300.0));
     assert!(during <= 0.25 + 1e-6, "r1 used {during} of its budget while slowed to 0.25");
     assert!(during > 0.2, "r1 still serves while slow: {during}");
     assert!(before > 0.4 && after > 0.4, "r1 used {before} before and {after} after the slow window");
@@ -70,10 +72,16 @@ fn a_slow_replica_gets_its_fraction_of_the_budget_until_restore() {
     let events = std::fs::read_to_string(dir.join("events.csv")).unwrap();
     assert!(events.contains("120.0,fault,r1,Slow 0.25") && events.contains("210.0,fault,r1,Restore"), "{events}");
     let p = phases(&dir);
-    assert!(p.contains(&("slow1".into(), 5)) && p.contains(&("restore1".into(), 5)), "a slow replica is a survivor: {p:?}");
+    assert!(
+        p.contains(&("slow1".into(), 5)) && p.contains(&("restore1".into(), 5)),
+        "a slow replica is a survivor: {p:?}"
+    );
     let l = ledger(&dir);
     assert_eq!(l.len(), 1, "{l:?}");
-    assert_eq!((l[0]["action"].as_str(), l[0]["at_s"].as_f64(), l[0]["ended_s"].as_f64()), (Some("Slow 0.25"), Some(120.0), Some(210.0)));
+    assert_eq!(
+        (l[0]["action"].as_str(), l[0]["at_s"].as_f64(), l[0]["ended_s"].as_f64()),
+        (Some("Slow 0.25"), Some(120.0), Some(210.0))
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -99,7 +107,10 @@ fn a_partitioned_replica_answers_nothing_until_heal() {
     assert!(p.contains(&("partition1".into(), 4)) && p.contains(&("heal1".into(), 5)), "{p:?}");
     let l = ledger(&dir);
     assert_eq!(l.len(), 1, "{l:?}");
-    assert_eq!((l[0]["action"].as_str(), l[0]["replica"].as_str(), l[0]["ended_s"].as_f64()), (Some("Partition"), Some("r2"), Some(180.0)));
+    assert_eq!(
+        (l[0]["action"].as_str(), l[0]["replica"].as_str(), l[0]["ended_s"].as_f64()),
+        (Some("Partition"), Some("r2"), Some(180.0))
+    );
     assert!(l[0]["isolate_s"].as_f64().is_some_and(|s| s < 5.0), "isolated within a few probe timeouts: {}", l[0]);
     let _ = std::fs::remove_dir_all(dir);
     let _ = std::fs::remove_file(schedule);

@@ -49,7 +49,10 @@ fn heavy_load_without_faults_isolates_no_replica() {
     assert!(p95 > 600.0, "the load should queue Freemium: baseline p95 {p95} ms");
     let removed: Vec<_> = health(&f).into_iter().filter(|(_, _, d)| d.contains("->ISOLATED")).collect();
     assert!(removed.is_empty(), "false removals under load: {removed:?}");
-    assert!(f.events_of("detect", "r1").is_empty() && f.events.iter().all(|e| e["kind"] != "detect"), "no replica left the router's view");
+    assert!(
+        f.events_of("detect", "r1").is_empty() && f.events.iter().all(|e| e["kind"] != "detect"),
+        "no replica left the router's view"
+    );
     for r in ["r1", "r2", "r3", "r4", "r5"] {
         assert!(f.queries.iter().any(|q| q.replica == r && q.start > 20.0), "{r} served queries to the end");
     }
@@ -67,12 +70,14 @@ fn a_paused_replica_is_suspected_isolated_and_recovered_on_probation() {
     let f = run(&sb, "gray-pause", &["--recovery", "probation", "--time-scale", "0.15"]);
     let (pause, resume) = (18.0, 31.5);
     let r1: Vec<(f64, String)> = health(&f).into_iter().filter(|(_, r, _)| r == "r1").map(|(t, _, d)| (t, d)).collect();
-    let first = |prefix: &str, after: f64| r1.iter().find(|(t, d)| *t >= after && d.starts_with(prefix)).map(|(t, _)| *t);
+    let first =
+        |prefix: &str, after: f64| r1.iter().find(|(t, d)| *t >= after && d.starts_with(prefix)).map(|(t, _)| *t);
     let suspected = first("HEALTHY->SUSPECT", pause).unwrap_or_else(|| panic!("never suspected: {r1:?}"));
     let isolated = first("SUSPECT->ISOLATED", suspected).unwrap_or_else(|| panic!("never isolated: {r1:?}"));
     assert!(isolated < resume, "isolated at {isolated}, before the resume at {resume}: {r1:?}");
     assert!(r1.iter().all(|(t, _)| *t >= pause), "nothing suspected r1 before its pause: {r1:?}");
-    let recovering = first("ISOLATED->RECOVERING", resume).unwrap_or_else(|| panic!("no probation after the resume: {r1:?}"));
+    let recovering =
+        first("ISOLATED->RECOVERING", resume).unwrap_or_else(|| panic!("no probation after the resume: {r1:?}"));
     assert!(recovering < resume + 5.0, "answering again {} s after the resume", recovering - resume);
     let healthy = first("RECOVERING->HEALTHY", recovering).unwrap_or_else(|| panic!("never healthy again: {r1:?}"));
     assert!(healthy - recovering >= 1.5 - 1e-6, "the stability window (1.5 s) passed first: {recovering} -> {healthy}");
@@ -83,11 +88,18 @@ fn a_paused_replica_is_suspected_isolated_and_recovered_on_probation() {
     assert!(detect.iter().any(|(t, d)| d == "down (health)" && (*t - isolated).abs() < 1e-3), "{detect:?}");
     assert!(detect.iter().any(|(t, d)| d == "up (health)" && (*t - recovering).abs() < 1e-3), "{detect:?}");
     let probation = f.events_of("recovery", "r1");
-    assert!(probation.iter().any(|(t, d)| d.starts_with("probation") && (*t - recovering).abs() < 1e-3), "{probation:?}");
+    assert!(
+        probation.iter().any(|(t, d)| d.starts_with("probation") && (*t - recovering).abs() < 1e-3),
+        "{probation:?}"
+    );
     let ledger = f.summary["recovery"].as_array().expect("recovery ledger");
     let entry = ledger.iter().find(|e| e["replica"] == "r1").expect("a ledger entry for r1");
     let isolate_s = entry["isolate_s"].as_f64().expect("isolate_s");
-    assert!((isolate_s - (isolated - pause)).abs() < 0.01, "ledger isolate_s {isolate_s} vs events {}", isolated - pause);
+    assert!(
+        (isolate_s - (isolated - pause)).abs() < 0.01,
+        "ledger isolate_s {isolate_s} vs events {}",
+        isolated - pause
+    );
 }
 
 #[test]
@@ -123,7 +135,10 @@ fn a_slow_replica_is_demoted_not_removed() {
         .unwrap_or_else(|| panic!("r1 was never demoted while slow: {r1:?}"));
     assert!(degraded < restore, "demoted at {degraded}, before the restore at {restore}");
     assert!(r1.iter().all(|(_, d)| !d.contains("->ISOLATED")), "a slow replica that answers is never removed: {r1:?}");
-    assert!(f.events.iter().all(|e| !(e["kind"] == "detect" && e["replica"] == "r1")), "r1 stayed in the router's view");
+    assert!(
+        f.events.iter().all(|e| !(e["kind"] == "detect" && e["replica"] == "r1")),
+        "r1 stayed in the router's view"
+    );
     let ledger = f.summary["recovery"].as_array().expect("recovery ledger");
     let entry = ledger.iter().find(|e| e["replica"] == "r1").expect("a ledger entry for the Slow");
     assert!(entry["detect_s"].as_f64().is_some_and(|d| d < restore - slow), "detected within the slow window: {entry}");

@@ -41,7 +41,10 @@ fn heavy_load_without_faults_isolates_no_replica() {
     // replica, never remove it.
     let dir = run("load", &["--strategy", "rr", "--T", "3000", "--faults", "none"]);
     let ev = health_events(&dir);
-    assert!(ev.iter().any(|(_, _, d)| d.starts_with("HEALTHY->SUSPECT")), "the load should raise suspicion at least once: {ev:?}");
+    assert!(
+        ev.iter().any(|(_, _, d)| d.starts_with("HEALTHY->SUSPECT")),
+        "the load should raise suspicion at least once: {ev:?}"
+    );
     let removed: Vec<_> = ev.iter().filter(|(_, _, d)| d.contains("->ISOLATED")).collect();
     assert!(removed.is_empty(), "false removals: {removed:?}");
     // Without faults every suspicion is false, and summary.json counts them.
@@ -56,15 +59,23 @@ fn heavy_load_without_faults_isolates_no_replica() {
 #[test]
 fn a_paused_replica_is_suspected_isolated_and_recovered() {
     let dir = run("pause", &["--strategy", "plb", "--faults", "gray-pause"]);
-    let r1: Vec<(f64, String)> = health_events(&dir).into_iter().filter(|(_, r, _)| r == "r1").map(|(t, _, d)| (t, d)).collect();
-    let first = |prefix: &str, after: f64| r1.iter().find(|(t, d)| *t >= after && d.starts_with(prefix)).map(|(t, _)| *t);
+    let r1: Vec<(f64, String)> =
+        health_events(&dir).into_iter().filter(|(_, r, _)| r == "r1").map(|(t, _, d)| (t, d)).collect();
+    let first =
+        |prefix: &str, after: f64| r1.iter().find(|(t, d)| *t >= after && d.starts_with(prefix)).map(|(t, _)| *t);
     let isolated = first("SUSPECT->ISOLATED", 120.0).expect("isolated after the pause");
     let suspected = first("HEALTHY->SUSPECT", 120.0).expect("suspected first");
-    assert!(suspected < isolated && isolated < 125.0, "suspected at {suspected}, isolated at {isolated}: three 1 s probe timeouts");
+    assert!(
+        suspected < isolated && isolated < 125.0,
+        "suspected at {suspected}, isolated at {isolated}: three 1 s probe timeouts"
+    );
     let recovering = first("ISOLATED->RECOVERING", isolated).expect("probation after the resume");
     assert!((210.0..212.0).contains(&recovering), "recovering at {recovering}, resume at 210");
     let healthy = first("RECOVERING->HEALTHY", recovering).expect("healthy after the stability window");
-    assert!(healthy - recovering >= 10.0 && healthy - recovering < 12.0, "stability window 10 s: {recovering} -> {healthy}");
+    assert!(
+        healthy - recovering >= 10.0 && healthy - recovering < 12.0,
+        "stability window 10 s: {recovering} -> {healthy}"
+    );
     let events = std::fs::read_to_string(dir.join("events.csv")).unwrap();
     assert!(events.contains("r1,down (health)") && events.contains("r1,up (health)"), "router view changes logged");
     let _ = std::fs::remove_dir_all(dir);
@@ -99,7 +110,10 @@ fn a_down_shifts_sessions_and_creates_retries_under_either_detector() {
         let n = |k: &str| e[k].as_u64().unwrap_or_else(|| panic!("{detection}: {k} missing in {e}"));
         let started: u64 = (0..2).map(|c| s["accounting"][c]["sessions_started"].as_u64().unwrap()).sum();
         // r1 takes a fifth of the starts or more; down for 90 s of a 300 s run.
-        assert!(n("sessions_shifted") > 0 && n("sessions_shifted") < started / 3, "{detection}: {e}, {started} started");
+        assert!(
+            n("sessions_shifted") > 0 && n("sessions_shifted") < started / 3,
+            "{detection}: {e}, {started} started"
+        );
         assert!(n("retries") > 0, "the Down broke the sessions open on r1: {e}");
         let full = e["full_service_s"].as_f64().expect("back in full service within the run");
         let back = e["accepts_again_s"].as_f64().unwrap();
@@ -117,7 +131,8 @@ fn a_down_shifts_sessions_and_creates_retries_under_either_detector() {
 #[test]
 fn every_fault_gets_a_recovery_ledger_entry() {
     let dir = run("ledger", &["--strategy", "plb", "--faults", "cascade"]);
-    let summary: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
     let ledger = summary["recovery"].as_array().expect("recovery ledger in summary.json");
     assert_eq!(ledger.len(), 2, "two Downs in the cascade: {ledger:?}");
     for (e, (replica, at, end)) in ledger.iter().zip([("r1", 120.0, 210.0), ("r2", 150.0, 240.0)]) {
@@ -127,7 +142,10 @@ fn every_fault_gets_a_recovery_ledger_entry() {
         let d = |k: &str| e[k].as_f64().unwrap_or_else(|| panic!("{k} missing in {e}"));
         assert!(d("detect_s") < 1.0 && d("isolate_s") >= d("detect_s"), "{e}");
         let back = d("accepts_again_s");
-        assert!(back >= end - at && back <= end - at + 1.0, "answering again within a probe interval of the rejoin: {e}");
+        assert!(
+            back >= end - at && back <= end - at + 1.0,
+            "answering again within a probe interval of the rejoin: {e}"
+        );
         assert!(d("premium_p95_back_s") >= end - at, "service recovery is looked for from the rejoin on: {e}");
     }
     let _ = std::fs::remove_dir_all(dir);

@@ -51,7 +51,11 @@ fn metrics_endpoint_serves_plausible_values_during_a_real_run() {
     let sb = Sandbox::new("metrics");
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let mut run = Running::start(&sb, "cascade", &["--time-scale", "0.2", "--raw", "--admission", "modes", "--metrics-addr", &addr]);
+    let mut run = Running::start(
+        &sb,
+        "cascade",
+        &["--time-scale", "0.2", "--raw", "--admission", "modes", "--metrics-addr", &addr],
+    );
     let mut scrapes: Vec<Scrape> = Vec::new();
     let status = loop {
         if let Some(st) = run.poll(RUN_LIMIT, |_| true) {

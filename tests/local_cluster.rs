@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use plbbench::cluster::dataset::CHECKSUM_SQL;
 use plbbench::cluster::local::{LocalCluster, LocalError, LocalOptions};
 
-
 /// A fresh, not yet existing directory under the system temp dir.
 fn temp_state_dir(tag: &str) -> PathBuf {
     let dir =
@@ -48,7 +47,11 @@ async fn query(dsn: &str, sql: &str, limit: Duration) -> Result<String, String> 
 /// the backend's own helpers.
 fn processes_mentioning(dir: &Path) -> Vec<(u32, String)> {
     let needle = dir.to_string_lossy().into_owned();
-    common::run::processes().into_iter().filter(|(_, cmd, _)| cmd.contains(&needle)).map(|(p, cmd, _)| (p, cmd)).collect()
+    common::run::processes()
+        .into_iter()
+        .filter(|(_, cmd, _)| cmd.contains(&needle))
+        .map(|(p, cmd, _)| (p, cmd))
+        .collect()
 }
 
 /// The state file is 0600, replica directories 0700, and no file but the

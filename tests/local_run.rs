@@ -107,7 +107,8 @@ fn check_routing(events: &[Row], queries: &[Query], replicas: &[Row]) -> Result<
 #[test]
 fn routing_check_catches_misrouted_sessions() {
     let row = |pairs: &[(&str, &str)]| -> Row { pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() };
-    let ev = |t: &str, kind: &str, detail: &str| row(&[("t_s", t), ("kind", kind), ("replica", "r1"), ("detail", detail)]);
+    let ev =
+        |t: &str, kind: &str, detail: &str| row(&[("t_s", t), ("kind", kind), ("replica", "r1"), ("detail", detail)]);
     let events = vec![
         ev("12.0", "fault", "Down"),
         ev("12.3", "detect", "down (connection error)"),

@@ -21,7 +21,11 @@ fn target_spec(n: usize, r: [usize; 3], k: usize) -> [usize; 3] {
             let mut f = if r[2] == 0 { 0 } else { round(n as f64 * r[2] as f64 / k as f64).max(1) };
             let ff = if r[2] == 0 { 0 } else { 1 };
             while p + f > n && (f > ff || p > 1) {
-                if f > ff { f -= 1 } else { p -= 1 }
+                if f > ff {
+                    f -= 1
+                } else {
+                    p -= 1
+                }
             }
             [p, n - p - f, f]
         }
@@ -29,9 +33,8 @@ fn target_spec(n: usize, r: [usize; 3], k: usize) -> [usize; 3] {
 }
 
 fn reference() -> impl Strategy<Value = (usize, [usize; 3])> {
-    (1usize..=12).prop_flat_map(|k| {
-        (0..=k).prop_flat_map(move |p| (0..=k - p).prop_map(move |m| (k, [p, m, k - p - m])))
-    })
+    (1usize..=12)
+        .prop_flat_map(|k| (0..=k).prop_flat_map(move |p| (0..=k - p).prop_map(move |m| (k, [p, m, k - p - m]))))
 }
 
 #[derive(Clone, Debug)]
@@ -55,7 +58,15 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
 }
 
 fn config(strategy: Routing, k: usize, reference: [usize; 3], split_p: usize) -> RouterConfig {
-    RouterConfig { strategy, replicas: k, reference, split: (split_p, k - split_p), theta: 3, alpha: 0.7, mixed_bounded: split_p % 2 == 0 }
+    RouterConfig {
+        strategy,
+        replicas: k,
+        reference,
+        split: (split_p, k - split_p),
+        theta: 3,
+        alpha: 0.7,
+        mixed_bounded: split_p % 2 == 0,
+    }
 }
 
 proptest! {

@@ -125,7 +125,9 @@ pub enum DockerError {
     #[error("invalid docker cluster options: {0}")]
     Invalid(String),
     /// `up` found a running cluster.
-    #[error("a docker cluster is already running (state in {0}); use it or run `plbbench cluster down --backend docker`")]
+    #[error(
+        "a docker cluster is already running (state in {0}); use it or run `plbbench cluster down --backend docker`"
+    )]
     AlreadyRunning(PathBuf),
     /// Replica index out of range.
     #[error("no replica with index {index} (the cluster has {replicas})")]
@@ -253,7 +255,10 @@ async fn remove_labelled(docker: &Docker, id: Option<&str>) -> Result<usize, Doc
     let vols = ListVolumesOptions { filters: Some(state::filter(id)) };
     let found = docker.list_volumes(Some(vols)).await.map_err(|e| DockerError::api("listing volumes", e))?;
     for v in found.volumes.unwrap_or_default() {
-        docker.remove_volume(&v.name, None::<bollard::query_parameters::RemoveVolumeOptions>).await.map_err(|e| DockerError::api("removing a volume", e))?;
+        docker
+            .remove_volume(&v.name, None::<bollard::query_parameters::RemoveVolumeOptions>)
+            .await
+            .map_err(|e| DockerError::api("removing a volume", e))?;
         n += 1;
     }
     let mut f = state::filter(id);
@@ -261,7 +266,10 @@ async fn remove_labelled(docker: &Docker, id: Option<&str>) -> Result<usize, Doc
     let imgs = ListImagesOptions { filters: Some(f), ..Default::default() };
     for img in docker.list_images(Some(imgs)).await.map_err(|e| DockerError::api("listing images", e))? {
         let opts = RemoveImageOptions { force: true, ..Default::default() };
-        docker.remove_image(&img.id, Some(opts), None).await.map_err(|e| DockerError::api("removing a data image", e))?;
+        docker
+            .remove_image(&img.id, Some(opts), None)
+            .await
+            .map_err(|e| DockerError::api("removing a data image", e))?;
         n += 1;
     }
     Ok(n)
@@ -299,7 +307,12 @@ impl DockerCluster {
             password: Secret(password),
             host: state::client_host(std::env::var("DOCKER_HOST").ok().as_deref()),
             replicas: (0..opts.replicas)
-                .map(|r| Rep { name: format!("plbbench-{id}-r{}", r + 1), port: ports[r], cpus: opts.cpus, partitioned: false })
+                .map(|r| Rep {
+                    name: format!("plbbench-{id}-r{}", r + 1),
+                    port: ports[r],
+                    cpus: opts.cpus,
+                    partitioned: false,
+                })
                 .collect(),
             version: String::new(),
             timings: vec![("image".into(), if built.reused { 0.0 } else { built.seconds })],
@@ -371,7 +384,11 @@ impl DockerCluster {
         Self::cleanup_stale_with(&rt, &docker, state_dir)
     }
 
-    fn cleanup_stale_with(rt: &tokio::runtime::Runtime, docker: &Docker, state_dir: &Path) -> Result<bool, DockerError> {
+    fn cleanup_stale_with(
+        rt: &tokio::runtime::Runtime,
+        docker: &Docker,
+        state_dir: &Path,
+    ) -> Result<bool, DockerError> {
         let Some(st) = state::read(state_dir)? else { return Ok(false) };
         block(rt, remove_labelled(docker, Some(&st.id)))?;
         state::remove(state_dir);
@@ -444,13 +461,20 @@ impl DockerCluster {
     /// libpq DSN of replica `r` (contains the password; never logged).
     pub fn dsn(&self, r: usize) -> String {
         let rep = &self.state.replicas[r];
-        format!("host={} port={} user={DB_USER} password={} dbname={DB_NAME}", self.state.host, rep.port, self.state.password.0)
+        format!(
+            "host={} port={} user={DB_USER} password={} dbname={DB_NAME}",
+            self.state.host, rep.port, self.state.password.0
+        )
     }
 
     /// Connection config of replica `r`. Panics when out of range.
     pub fn config(&self, r: usize) -> tokio_postgres::Config {
         let mut cfg = tokio_postgres::Config::new();
-        cfg.host(&self.state.host).port(self.state.replicas[r].port).user(DB_USER).password(&self.state.password.0).dbname(DB_NAME);
+        cfg.host(&self.state.host)
+            .port(self.state.replicas[r].port)
+            .user(DB_USER)
+            .password(&self.state.password.0)
+            .dbname(DB_NAME);
         cfg
     }
 
@@ -517,7 +541,9 @@ impl DockerCluster {
     pub fn nano_cpus(&self, r: usize) -> Result<i64, DockerError> {
         self.check(r)?;
         let name = &self.state.replicas[r].name;
-        let info = self.block(self.docker.inspect_container(name, None)).map_err(|e| DockerError::api("inspecting a container", e))?;
+        let info = self
+            .block(self.docker.inspect_container(name, None))
+            .map_err(|e| DockerError::api("inspecting a container", e))?;
         Ok(info.host_config.and_then(|h| h.nano_cpus).unwrap_or(0))
     }
 
@@ -566,7 +592,16 @@ impl DockerCluster {
     }
 
     /// The container body of a server on the cluster network.
-    fn body(&self, image: &str, kind: &str, r: Option<usize>, port: u16, cpus: Option<f64>, memory_mib: u64, cmd: Vec<String>) -> ContainerCreateBody {
+    fn body(
+        &self,
+        image: &str,
+        kind: &str,
+        r: Option<usize>,
+        port: u16,
+        cpus: Option<f64>,
+        memory_mib: u64,
+        cmd: Vec<String>,
+    ) -> ContainerCreateBody {
         let binding = PortBinding { host_ip: Some(publish_ip()), host_port: Some(port.to_string()) };
         ContainerCreateBody {
             image: Some(image.into()),
@@ -591,20 +626,31 @@ impl DockerCluster {
     /// commit as the data image, removal.
     fn build_data_image(&mut self, opts: &DockerOptions, port: u16) -> Result<(), DockerError> {
         let name = format!("plbbench-{}-template", self.state.id);
-        let conf = super::local::server_conf(opts.max_connections, "scram-sha-256").replace("listen_addresses = '127.0.0.1'", "listen_addresses = '*'");
+        let conf = super::local::server_conf(opts.max_connections, "scram-sha-256")
+            .replace("listen_addresses = '127.0.0.1'", "listen_addresses = '*'");
         let script = format!(
             "set -e; cd {PG_HOME}; \
              initdb -D data -U {DB_USER} --pwfile=pw -A scram-sha-256 -E UTF8 --locale=C -N >initdb.log 2>&1 || {{ cat initdb.log >&2; exit 1; }}; \
              rm -f pw initdb.log; cat plbbench.conf >> data/postgresql.conf; rm -f plbbench.conf; \
              echo 'host all all all scram-sha-256' >> data/pg_hba.conf; exec postgres -D data"
         );
-        let body = self.body(docker_image::IMAGE, "template", None, port, None, opts.memory_mib.max(1024), vec!["/bin/sh".into(), "-c".into(), script]);
+        let body = self.body(
+            docker_image::IMAGE,
+            "template",
+            None,
+            port,
+            None,
+            opts.memory_mib.max(1024),
+            vec!["/bin/sh".into(), "-c".into(), script],
+        );
         let pw = format!("{}\n", self.state.password.0);
         let archive = state::tar(&[("pw", 0o644, pw.as_bytes()), ("plbbench.conf", 0o644, conf.as_bytes())]);
         let d = self.docker.clone();
         self.block(async {
             let create = CreateContainerOptions { name: Some(name.clone()), ..Default::default() };
-            d.create_container(Some(create), body).await.map_err(|e| DockerError::api("creating the template container", e))?;
+            d.create_container(Some(create), body)
+                .await
+                .map_err(|e| DockerError::api("creating the template container", e))?;
             let up = UploadToContainerOptions { path: PG_HOME.into(), ..Default::default() };
             d.upload_to_container(&name, Some(up), bollard::body_full(archive.into()))
                 .await
@@ -633,7 +679,12 @@ impl DockerCluster {
                 w.map_err(|e| DockerError::api("waiting for the template to stop", e))?;
             }
             let (repo, tag) = image.split_once(':').expect("name:tag");
-            let commit = CommitContainerOptions { container: Some(name.clone()), repo: Some(repo.into()), tag: Some(tag.into()), ..Default::default() };
+            let commit = CommitContainerOptions {
+                container: Some(name.clone()),
+                repo: Some(repo.into()),
+                tag: Some(tag.into()),
+                ..Default::default()
+            };
             let config = bollard::models::ContainerConfig { labels: Some(labels), ..Default::default() };
             d.commit_container(commit, config).await.map_err(|e| DockerError::api("committing the data image", e))?;
             let rm = RemoveContainerOptions { force: true, ..Default::default() };
@@ -649,8 +700,14 @@ impl DockerCluster {
         for (r, rep) in self.state.replicas.iter().enumerate() {
             let body = self.body(&image, "replica", Some(r), rep.port, Some(rep.cpus), opts.memory_mib, cmd.clone());
             let create = CreateContainerOptions { name: Some(rep.name.clone()), ..Default::default() };
-            self.docker.create_container(Some(create), body).await.map_err(|e| DockerError::api(format!("creating {}", rep.name), e))?;
-            self.docker.start_container(&rep.name, None).await.map_err(|e| DockerError::api(format!("starting {}", rep.name), e))?;
+            self.docker
+                .create_container(Some(create), body)
+                .await
+                .map_err(|e| DockerError::api(format!("creating {}", rep.name), e))?;
+            self.docker
+                .start_container(&rep.name, None)
+                .await
+                .map_err(|e| DockerError::api(format!("starting {}", rep.name), e))?;
         }
         Ok(())
     }
@@ -751,7 +808,10 @@ fn wait_answer(cfg: &tokio_postgres::Config, what: &str) -> Result<(), DockerErr
             Ok(Err(e)) | Err(e) => e,
         };
         if Instant::now() >= deadline {
-            return Err(DockerError::Sql { what: format!("{what} did not answer within {}s", READY_TIMEOUT.as_secs()), source: err });
+            return Err(DockerError::Sql {
+                what: format!("{what} did not answer within {}s", READY_TIMEOUT.as_secs()),
+                source: err,
+            });
         }
         std::thread::sleep(Duration::from_millis(200));
     }

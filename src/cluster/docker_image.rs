@@ -85,7 +85,8 @@ pub async fn ensure(docker: &Docker, force: bool) -> Result<Built, DockerError> 
     let result = build_in(docker, &work).await;
     let _ = std::fs::remove_dir_all(&work);
     result?;
-    let (id, size) = current(docker).await?.ok_or_else(|| DockerError::Image("the imported image is missing".into()))?;
+    let (id, size) =
+        current(docker).await?.ok_or_else(|| DockerError::Image("the imported image is missing".into()))?;
     Ok(Built { id, seconds: t0.elapsed().as_secs_f64(), size, reused: false })
 }
 

@@ -131,7 +131,9 @@ pub(super) fn filter(id: Option<&str>) -> HashMap<String, Vec<String>> {
 /// local engine, the host part of `tcp://HOST:PORT` for a remote one.
 pub(super) fn client_host(docker_host: Option<&str>) -> String {
     let remote = docker_host
-        .and_then(|h| h.strip_prefix("tcp://").or_else(|| h.strip_prefix("https://")).or_else(|| h.strip_prefix("http://")))
+        .and_then(|h| {
+            h.strip_prefix("tcp://").or_else(|| h.strip_prefix("https://")).or_else(|| h.strip_prefix("http://"))
+        })
         .and_then(|rest| rest.rsplit_once(':').map(|(h, _)| h).or(Some(rest)))
         .map(|h| h.trim_matches(['[', ']']).to_string())
         .filter(|h| !h.is_empty());
@@ -144,7 +146,9 @@ pub(super) fn tar(files: &[(&str, u32, &[u8])]) -> Vec<u8> {
     let mut out = Vec::new();
     for (name, mode, data) in files {
         let mut h = [0u8; 512];
-        let field = |h: &mut [u8; 512], at: usize, len: usize, v: &[u8]| h[at..at + v.len().min(len)].copy_from_slice(&v[..v.len().min(len)]);
+        let field = |h: &mut [u8; 512], at: usize, len: usize, v: &[u8]| {
+            h[at..at + v.len().min(len)].copy_from_slice(&v[..v.len().min(len)])
+        };
         field(&mut h, 0, 100, name.as_bytes());
         field(&mut h, 100, 8, format!("{mode:07o}\0").as_bytes());
         field(&mut h, 108, 8, b"0000000\0");

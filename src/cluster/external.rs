@@ -88,7 +88,8 @@ const KEYS: [&str; 8] = ["down", "rejoin", "pause", "resume", "slow", "partition
 impl ClusterFile {
     /// Parses and validates a cluster file's text.
     pub fn parse(text: &str) -> Result<ClusterFile, ExternalError> {
-        let f: ClusterFile = toml::from_str(text).map_err(|e| ExternalError::Input(format!("cluster file: {}", e.message())))?;
+        let f: ClusterFile =
+            toml::from_str(text).map_err(|e| ExternalError::Input(format!("cluster file: {}", e.message())))?;
         f.validate()?;
         Ok(f)
     }
@@ -102,7 +103,10 @@ impl ClusterFile {
     fn validate(&self) -> Result<(), ExternalError> {
         for (k, argv) in &self.commands {
             if !KEYS.contains(&k.as_str()) {
-                return Err(ExternalError::Input(format!("commands.{k}: unknown action (expected one of {})", KEYS.join(", "))));
+                return Err(ExternalError::Input(format!(
+                    "commands.{k}: unknown action (expected one of {})",
+                    KEYS.join(", ")
+                )));
             }
             if argv.first().is_none_or(|p| p.is_empty()) {
                 return Err(ExternalError::Input(format!("commands.{k}: needs a program and its arguments")));
@@ -123,7 +127,10 @@ pub struct ExternalCluster {
 
 impl std::fmt::Debug for ExternalCluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ExternalCluster").field("replicas", &self.configs.len()).field("commands", &self.commands).finish()
+        f.debug_struct("ExternalCluster")
+            .field("replicas", &self.configs.len())
+            .field("commands", &self.commands)
+            .finish()
     }
 }
 
@@ -132,16 +139,28 @@ impl ExternalCluster {
     /// loads) the dataset of `scale` and `seed` on each, and starts the CPU
     /// sampler when the file has one. `dsns` from the command line come
     /// before the file's.
-    pub fn open(dsns: &[String], file: Option<ClusterFile>, scale: f64, seed: u64, load_dataset: bool) -> Result<ExternalCluster, ExternalError> {
+    pub fn open(
+        dsns: &[String],
+        file: Option<ClusterFile>,
+        scale: f64,
+        seed: u64,
+        load_dataset: bool,
+    ) -> Result<ExternalCluster, ExternalError> {
         let file = file.unwrap_or_default();
         let all: Vec<String> = dsns.iter().chain(file.dsns.iter()).cloned().collect();
         if all.is_empty() {
-            return Err(ExternalError::Input("--dsn: the external backend needs at least one DSN (--dsn or --cluster-file)".into()));
+            return Err(ExternalError::Input(
+                "--dsn: the external backend needs at least one DSN (--dsn or --cluster-file)".into(),
+            ));
         }
         let configs = all
             .iter()
             .enumerate()
-            .map(|(i, d)| d.parse::<tokio_postgres::Config>().map_err(|e| ExternalError::Input(format!("--dsn: DSN of r{} is not a valid libpq DSN: {e}", i + 1))))
+            .map(|(i, d)| {
+                d.parse::<tokio_postgres::Config>().map_err(|e| {
+                    ExternalError::Input(format!("--dsn: DSN of r{} is not a valid libpq DSN: {e}", i + 1))
+                })
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let sql = |what: String| move |source| ExternalError::Sql { what, source };
         if load_dataset {
@@ -153,14 +172,26 @@ impl ExternalCluster {
         let mut sums = Vec::new();
         for (i, cfg) in configs.iter().enumerate() {
             let s = pgconn::query_text(cfg, dataset::CHECKSUM_SQL, CHECK_TIMEOUT);
-            sums.push(s.map_err(|e| match e {
-                pgconn::PgError::Pg(ref p) if p.code().is_some() => ExternalError::Dataset(format!("r{}: {}", i + 1, p.as_db_error().map_or("error".into(), |d| d.message().to_string()))),
-                other => ExternalError::Sql { what: format!("checking the dataset on r{}", i + 1), source: other },
-            })?.unwrap_or_default());
+            sums.push(
+                s.map_err(|e| match e {
+                    pgconn::PgError::Pg(ref p) if p.code().is_some() => ExternalError::Dataset(format!(
+                        "r{}: {}",
+                        i + 1,
+                        p.as_db_error().map_or("error".into(), |d| d.message().to_string())
+                    )),
+                    other => ExternalError::Sql { what: format!("checking the dataset on r{}", i + 1), source: other },
+                })?
+                .unwrap_or_default(),
+            );
         }
         let want = format!("orders={}:", dataset::orders_rows(scale));
         if let Some(i) = sums.iter().position(|s| !s.starts_with(&want) || *s != sums[0]) {
-            return Err(ExternalError::Dataset(format!("r{} holds `{}`, expected {} orders and the same data as r1", i + 1, sums[i], dataset::orders_rows(scale))));
+            return Err(ExternalError::Dataset(format!(
+                "r{} holds `{}`, expected {} orders and the same data as r1",
+                i + 1,
+                sums[i],
+                dataset::orders_rows(scale)
+            )));
         }
         let version = pgconn::query_text(&configs[0], "SELECT version()", Duration::from_secs(10))
             .map_err(sql("reading the server version".into()))?
@@ -206,7 +237,10 @@ impl ExternalCluster {
     pub fn apply(&mut self, r: usize, fault: Fault) -> Result<String, ExternalError> {
         let what = format!("{fault} of r{}", r + 1);
         let Some(argv) = self.commands.get(fault.key()) else {
-            return Err(ExternalError::Command { what, detail: format!("the cluster file has no commands.{}", fault.key()) });
+            return Err(ExternalError::Command {
+                what,
+                detail: format!("the cluster file has no commands.{}", fault.key()),
+            });
         };
         let argv = expand(argv, r, fault);
         let (ok, detail) = run_argv(&argv, COMMAND_TIMEOUT);
@@ -248,7 +282,9 @@ pub fn expand(argv: &[String], r: usize, fault: Fault) -> Vec<String> {
         _ => String::new(),
     };
     argv.iter()
-        .map(|a| a.replace("{replica}", &format!("r{}", r + 1)).replace("{index}", &r.to_string()).replace("{cpus}", &cpus))
+        .map(|a| {
+            a.replace("{replica}", &format!("r{}", r + 1)).replace("{index}", &r.to_string()).replace("{cpus}", &cpus)
+        })
         .collect()
 }
 
@@ -261,7 +297,13 @@ fn parse_cpu(out: &str) -> Option<f64> {
 /// Runs argv (no shell) with a deadline; `(success, "exit N: output")`
 /// with stdout and stderr on one line, cut to 300 characters.
 pub fn run_argv(argv: &[String], timeout: Duration) -> (bool, String) {
-    let mut child = match Command::new(&argv[0]).args(&argv[1..]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn() {
+    let mut child = match Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
         Ok(c) => c,
         Err(e) => return (false, format!("cannot run {}: {e}", argv[0])),
     };
@@ -302,7 +344,9 @@ mod tests {
 
     #[test]
     fn cluster_file_parses_and_rejects() {
-        let f = ClusterFile::parse("dsns = [\"host=a\"]\n[commands]\ndown = [\"kill\", \"{replica}\"]\ncpu = [\"x\"]\n").unwrap();
+        let f =
+            ClusterFile::parse("dsns = [\"host=a\"]\n[commands]\ndown = [\"kill\", \"{replica}\"]\ncpu = [\"x\"]\n")
+                .unwrap();
         assert_eq!(f.dsns, vec!["host=a"]);
         assert_eq!(f.commands["down"], vec!["kill", "{replica}"]);
         for bad in ["[commands]\nexplode = [\"x\"]\n", "[commands]\ndown = []\n", "dsn = [\"x\"]\n"] {

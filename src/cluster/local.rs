@@ -523,5 +523,5 @@ fn tail(path: &Path, n: usize) -> String {
 mod server;
 #[path = "local_state.rs"]
 mod state;
-use state::{make_private_dir, pick_ports, prepare_state_dir};
 pub(crate) use server::server_conf;
+use state::{make_private_dir, pick_ports, prepare_state_dir};

@@ -90,7 +90,9 @@ impl Fault {
             "resume" => Fault::Resume,
             "partition" => Fault::Partition,
             "heal" => Fault::Heal,
-            _ => return Err(format!("`{s}` is not a fault (down, rejoin, pause, resume, slow=CORES, partition, heal)")),
+            _ => {
+                return Err(format!("`{s}` is not a fault (down, rejoin, pause, resume, slow=CORES, partition, heal)"))
+            }
         })
     }
 

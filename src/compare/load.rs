@@ -89,7 +89,10 @@ pub fn load(dir: &Path) -> Result<Folder, Error> {
     } else if has("phases.csv") {
         run_csv(dir, &name)
     } else {
-        Err(input(&name, "not a run or experiment folder (no summary.json, phases.csv, experiment.json or experiment.csv)"))
+        Err(input(
+            &name,
+            "not a run or experiment folder (no summary.json, phases.csv, experiment.json or experiment.csv)",
+        ))
     }
 }
 
@@ -110,7 +113,8 @@ fn run_json(dir: &Path, name: &str) -> Result<Folder, Error> {
 
 fn run_csv(dir: &Path, name: &str) -> Result<Folder, Error> {
     let path = dir.join("phases.csv");
-    let bad = |e: csv::Error| input(&path.display().to_string(), format!("does not parse ({})", one_line(&e.to_string())));
+    let bad =
+        |e: csv::Error| input(&path.display().to_string(), format!("does not parse ({})", one_line(&e.to_string())));
     let text = read(&path)?;
     let mut r = csv::Reader::from_reader(text.as_bytes());
     let phases = r.deserialize::<PhaseRow>().collect::<Result<Vec<_>, _>>().map_err(bad)?;
@@ -240,7 +244,12 @@ fn csv_row(row: &HashMap<String, String>) -> Result<CellRow, String> {
     };
     let spread = |m: &str| -> Result<Spread, String> {
         let n = num(&format!("{m}_n"))?.unwrap_or(0.0) as usize;
-        Ok(Spread { n, median: num(&format!("{m}_median"))?, q1: num(&format!("{m}_q1"))?, q3: num(&format!("{m}_q3"))? })
+        Ok(Spread {
+            n,
+            median: num(&format!("{m}_median"))?,
+            q1: num(&format!("{m}_q1"))?,
+            q3: num(&format!("{m}_q3"))?,
+        })
     };
     let class = match text("class")?.as_str() {
         "P" => Class::P,

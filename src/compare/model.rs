@@ -148,7 +148,12 @@ impl Metric {
     pub fn relative(self) -> bool {
         matches!(
             self,
-            Metric::GoodputQps | Metric::P50Ms | Metric::P95Ms | Metric::P99Ms | Metric::LifetimeMeanS | Metric::LifetimeP95S
+            Metric::GoodputQps
+                | Metric::P50Ms
+                | Metric::P95Ms
+                | Metric::P99Ms
+                | Metric::LifetimeMeanS
+                | Metric::LifetimeP95S
         )
     }
 
@@ -403,7 +408,9 @@ pub fn delta(m: Metric, base: Option<f64>, new: Option<f64>) -> Delta {
     let verdict = match (abs.partial_cmp(&0.0), m.better()) {
         (Some(std::cmp::Ordering::Equal), _) => Verdict::Same,
         (_, Better::Neither) => Verdict::Changed,
-        (Some(std::cmp::Ordering::Greater), Better::Higher) | (Some(std::cmp::Ordering::Less), Better::Lower) => Verdict::Good,
+        (Some(std::cmp::Ordering::Greater), Better::Higher) | (Some(std::cmp::Ordering::Less), Better::Lower) => {
+            Verdict::Good
+        }
         (Some(_), _) => Verdict::Bad,
         (None, _) => Verdict::Unknown,
     };
@@ -475,7 +482,8 @@ pub fn groups(folders: &[Folder], metrics: &[Metric]) -> Vec<Group> {
     }
     sels.into_iter()
         .map(|sel| {
-            let cols: Vec<Option<&Selection>> = folders.iter().map(|f| f.selections().contains(&sel).then_some(sel)).collect();
+            let cols: Vec<Option<&Selection>> =
+                folders.iter().map(|f| f.selections().contains(&sel).then_some(sel)).collect();
             group(folders, &cols, Some(sel.to_string()), metrics)
         })
         .collect()
@@ -501,13 +509,26 @@ fn group(folders: &[Folder], cols: &[Option<&Selection>], label: Option<String>,
                     .zip(cols)
                     .map(|(f, sel)| {
                         let sel = (*sel)?;
-                        let c = f.cell(sel, phase, class.unwrap_or(Class::P)).or_else(|| f.cell(sel, phase, Class::F))?;
+                        let c =
+                            f.cell(sel, phase, class.unwrap_or(Class::P)).or_else(|| f.cell(sel, phase, Class::F))?;
                         f.has(m).then(|| c.get(m))
                     })
                     .collect();
                 let base = values.first().copied().flatten().and_then(|v| v.value);
-                let deltas = values.iter().enumerate().map(|(i, v)| (i > 0).then(|| delta(m, base, v.and_then(|v| v.value)))).collect();
-                rows.push(Row { phase: phase.clone(), survivors: *survivors, class, metric: m, better: m.better(), values, deltas });
+                let deltas = values
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| (i > 0).then(|| delta(m, base, v.and_then(|v| v.value))))
+                    .collect();
+                rows.push(Row {
+                    phase: phase.clone(),
+                    survivors: *survivors,
+                    class,
+                    metric: m,
+                    better: m.better(),
+                    values,
+                    deltas,
+                });
             }
         }
     }
@@ -523,7 +544,12 @@ mod tests {
         for m in Metric::ALL {
             assert_eq!(Metric::parse(m.name()), Some(m));
         }
-        for (alias, m) in [("p95", Metric::P95Ms), ("GOODPUT", Metric::GoodputQps), ("cv", Metric::CpuCv), ("aborted", Metric::AbortedSessions)] {
+        for (alias, m) in [
+            ("p95", Metric::P95Ms),
+            ("GOODPUT", Metric::GoodputQps),
+            ("cv", Metric::CpuCv),
+            ("aborted", Metric::AbortedSessions),
+        ] {
             assert_eq!(Metric::parse(alias), Some(m), "{alias}");
         }
         assert_eq!(Metric::parse("latency"), None);

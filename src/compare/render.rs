@@ -9,8 +9,8 @@ use crate::compare::threshold::Check;
 use crate::core::model::Class;
 use crate::report::charts::{self, sig3, BarPanel, BarSeries, ChartError};
 use crate::stats::Spread;
-use plotters::style::RGBColor;
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
+use plotters::style::RGBColor;
 use serde::Serialize;
 
 /// The page template, embedded at build time.
@@ -77,7 +77,9 @@ fn change(m: Metric, d: &Delta) -> String {
     };
     match (m.relative(), d.pct, d.abs) {
         (true, Some(p), _) => signed(p, "%"),
-        (false, _, Some(a)) if m.count() && a.is_finite() => format!("{}{}", if a >= 0.0 { "+" } else { "" }, m.format(a)),
+        (false, _, Some(a)) if m.count() && a.is_finite() => {
+            format!("{}{}", if a >= 0.0 { "+" } else { "" }, m.format(a))
+        }
         (false, _, Some(a)) => signed(a, ""),
         _ => DASH.into(),
     }
@@ -182,7 +184,8 @@ fn cells(row: &Row, markdown: bool) -> Vec<String> {
 /// Left-aligned text columns separated by two spaces.
 fn align(lines: &[Vec<String>]) -> String {
     let n = lines.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..n).map(|i| lines.iter().filter_map(|l| l.get(i)).map(|s| s.chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> =
+        (0..n).map(|i| lines.iter().filter_map(|l| l.get(i)).map(|s| s.chars().count()).max().unwrap_or(0)).collect();
     let mut out = String::new();
     for l in lines {
         let padded: Vec<String> = l.iter().enumerate().map(|(i, s)| format!("{s:<w$}", w = widths[i])).collect();
@@ -222,7 +225,9 @@ pub fn markdown(r: &Report<'_>) -> String {
             }
         }
         out.push_str(&md_row(&header));
-        out.push_str(&md_row(&header.iter().enumerate().map(|(i, _)| if i < 5 { "---" } else { "---:" }.to_string()).collect::<Vec<_>>()));
+        out.push_str(&md_row(
+            &header.iter().enumerate().map(|(i, _)| if i < 5 { "---" } else { "---:" }.to_string()).collect::<Vec<_>>(),
+        ));
         for row in &g.rows {
             out.push_str(&md_row(&cells(row, true).iter().map(|c| md(c)).collect::<Vec<_>>()));
         }
@@ -350,12 +355,18 @@ pub enum HtmlError {
 
 /// The self-contained comparison page.
 pub fn html(r: &Report<'_>) -> Result<String, HtmlError> {
-    let labels: Vec<String> = r.folders.iter().enumerate().map(|(i, f)| format!("{}: {}", label(i), short_name(&f.dir))).collect();
+    let labels: Vec<String> =
+        r.folders.iter().enumerate().map(|(i, f)| format!("{}: {}", label(i), short_name(&f.dir))).collect();
     let folders = r
         .folders
         .iter()
         .enumerate()
-        .map(|(i, f)| PageFolder { label: label(i), dir: f.dir.clone(), describe: describe(f), colour: charts::hex(folder_colour(i)) })
+        .map(|(i, f)| PageFolder {
+            label: label(i),
+            dir: f.dir.clone(),
+            describe: describe(f),
+            colour: charts::hex(folder_colour(i)),
+        })
         .collect();
     let mut groups = Vec::with_capacity(r.groups.len());
     for g in r.groups {
@@ -368,13 +379,22 @@ pub fn html(r: &Report<'_>) -> Result<String, HtmlError> {
                 reference: None,
             };
             let name = if class == Class::P { "Premium comparison" } else { "Freemium comparison" };
-            let svg = charts::spread_bars(name, &[panel(Metric::GoodputQps, "goodput (queries/s)"), panel(Metric::P95Ms, "p95 latency (ms)")])?;
+            let svg = charts::spread_bars(
+                name,
+                &[panel(Metric::GoodputQps, "goodput (queries/s)"), panel(Metric::P95Ms, "p95 latency (ms)")],
+            )?;
             svgs.push(minijinja::Value::from_safe_string(svg));
         }
         groups.push(PageGroup { title: group_title(g), charts: svgs, rows: page_rows(g) });
     }
     let checks = r.checks.iter().map(|c| PageCheck { ok: c.ok, line: c.to_string(), expr: c.expr.clone() }).collect();
-    let page = Page { folders, groups, checks, violations: r.checks.iter().filter(|c| !c.ok).count(), version: env!("CARGO_PKG_VERSION") };
+    let page = Page {
+        folders,
+        groups,
+        checks,
+        violations: r.checks.iter().filter(|c| !c.ok).count(),
+        version: env!("CARGO_PKG_VERSION"),
+    };
     let mut env = Environment::new();
     env.set_auto_escape_callback(|_| AutoEscape::Html);
     env.set_undefined_behavior(UndefinedBehavior::Strict);

@@ -172,7 +172,17 @@ impl Threshold {
         }
         let names: Vec<&str> = Metric::ALL.iter().map(|m| m.name()).collect();
         let metric = Metric::parse(metric).ok_or_else(|| ParseError::Metric(metric.to_string(), names.join(", ")))?;
-        Ok(Threshold { text: text.trim().to_string(), strategy, mix, faults, class, phase: wildcard(phase), metric, op, limit })
+        Ok(Threshold {
+            text: text.trim().to_string(),
+            strategy,
+            mix,
+            faults,
+            class,
+            phase: wildcard(phase),
+            metric,
+            op,
+            limit,
+        })
     }
 
     /// True when the selector admits `sel`.
@@ -198,7 +208,9 @@ fn parse_limit(s: &str) -> Result<Limit, ParseError> {
         Some(n) => (n.trim_end(), true),
         None => (rest, false),
     };
-    let plain = !num.is_empty() && num.chars().all(|c| c.is_ascii_digit() || c == '.') && num.chars().any(|c| c.is_ascii_digit());
+    let plain = !num.is_empty()
+        && num.chars().all(|c| c.is_ascii_digit() || c == '.')
+        && num.chars().any(|c| c.is_ascii_digit());
     let v: f64 = if plain { num.parse().map_err(|_| bad())? } else { return Err(bad()) };
     Ok(Limit { value: sign * v, relative })
 }
@@ -259,7 +271,13 @@ pub fn check(thresholds: &[Threshold], base: &Folder, others: &[Folder]) -> Resu
             if !f.has(t.metric) {
                 let have: Vec<&str> = f.metrics.iter().map(|m| m.name()).collect();
                 let kind = format!("{:?}", f.kind).to_lowercase();
-                return Err(CheckError::Metric { expr: t.text.clone(), folder: f.dir.clone(), metric: t.metric, kind, have: have.join(", ") });
+                return Err(CheckError::Metric {
+                    expr: t.text.clone(),
+                    folder: f.dir.clone(),
+                    metric: t.metric,
+                    kind,
+                    have: have.join(", "),
+                });
             }
         }
         let cells: Vec<_> = base
@@ -273,8 +291,11 @@ pub fn check(thresholds: &[Threshold], base: &Folder, others: &[Folder]) -> Resu
         }
         for other in others {
             for c in &cells {
-                let sel = partner(base, &c.sel, other)
-                    .ok_or_else(|| CheckError::Missing { expr: t.text.clone(), folder: other.dir.clone(), what: format!("cell {}", c.sel) })?;
+                let sel = partner(base, &c.sel, other).ok_or_else(|| CheckError::Missing {
+                    expr: t.text.clone(),
+                    folder: other.dir.clone(),
+                    what: format!("cell {}", c.sel),
+                })?;
                 let new = other.cell(sel, &c.phase, c.class).ok_or_else(|| CheckError::Missing {
                     expr: t.text.clone(),
                     folder: other.dir.clone(),
@@ -502,8 +523,10 @@ mod tests {
 
     #[test]
     fn checks_cells_and_names_what_is_missing() {
-        let base = folder("base", Kind::Experiment, &[("plb", "down2", Class::P, 100.0), ("rr", "down2", Class::P, 200.0)]);
-        let new = folder("new", Kind::Experiment, &[("plb", "down2", Class::P, 115.0), ("rr", "down2", Class::P, 190.0)]);
+        let base =
+            folder("base", Kind::Experiment, &[("plb", "down2", Class::P, 100.0), ("rr", "down2", Class::P, 200.0)]);
+        let new =
+            folder("new", Kind::Experiment, &[("plb", "down2", Class::P, 115.0), ("rr", "down2", Class::P, 190.0)]);
         let checks = check(&[t("premium.down2.p95<+10%")], &base, std::slice::from_ref(&new)).unwrap();
         let got: Vec<(&str, bool)> = checks.iter().map(|c| (c.selection.as_str(), c.ok)).collect();
         assert_eq!(got, [("plb/25:75/cascade", false), ("rr/25:75/cascade", true)]);
@@ -547,6 +570,10 @@ mod tests {
         let new = folder("b", Kind::Run, &[("rr", "down2", Class::P, 5.0)]);
         let checks = check(&[t("premium.down2.p95<+10%")], &base, &[new]).unwrap();
         assert!(checks[0].ok && checks[0].baseline.is_none());
-        assert!(checks[0].to_string().contains("baseline –, new 5.00, change none (no baseline value)"), "{}", checks[0]);
+        assert!(
+            checks[0].to_string().contains("baseline –, new 5.00, change none (no baseline value)"),
+            "{}",
+            checks[0]
+        );
     }
 }

@@ -56,7 +56,14 @@ impl Gate {
     pub fn new(knobs: DegradationKnobs, time_scale: f64, replica_sessions: u32) -> Gate {
         let manager = Manager::new(knobs.thresholds(time_scale));
         let deadline_s = knobs.queue_deadline_ms as f64 / 1000.0;
-        Gate { knobs, manager, replica_sessions: replica_sessions.max(1), deadline_s, queue: VecDeque::new(), rejections: [[0; 2]; 2] }
+        Gate {
+            knobs,
+            manager,
+            replica_sessions: replica_sessions.max(1),
+            deadline_s,
+            queue: VecDeque::new(),
+            rejections: [[0; 2]; 2],
+        }
     }
 
     /// How long a session may wait for admission, seconds.
@@ -191,7 +198,12 @@ mod tests {
     }
 
     fn gate() -> Gate {
-        let knobs = DegradationKnobs { queue_capacity: 3, queue_deadline_ms: 2000, min_mode_duration_s: Some(0.0), ..Default::default() };
+        let knobs = DegradationKnobs {
+            queue_capacity: 3,
+            queue_deadline_ms: 2000,
+            min_mode_duration_s: Some(0.0),
+            ..Default::default()
+        };
         Gate::new(knobs, 1.0, 10)
     }
 
@@ -216,7 +228,8 @@ mod tests {
 
     #[test]
     fn restricted_admits_normal_and_above_and_limits_each_replica() {
-        let knobs = DegradationKnobs { freemium: Priority::Background, min_mode_duration_s: Some(0.0), ..Default::default() };
+        let knobs =
+            DegradationKnobs { freemium: Priority::Background, min_mode_duration_s: Some(0.0), ..Default::default() };
         let mut g = Gate::new(knobs, 1.0, 10);
         let mut r = router();
         g.observe(1.0, Load { cpu_pct: Some(91.0), ..Default::default() });
@@ -242,6 +255,9 @@ mod tests {
     #[test]
     fn thresholds_reach_the_gate() {
         let g = gate();
-        assert_eq!(g.manager().thresholds().cpu_pct, Thresholds::preset(crate::core::degradation::Preset::Default).cpu_pct);
+        assert_eq!(
+            g.manager().thresholds().cpu_pct,
+            Thresholds::preset(crate::core::degradation::Preset::Default).cpu_pct
+        );
     }
 }

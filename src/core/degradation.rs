@@ -294,9 +294,11 @@ impl Manager {
     pub fn target(&self, load: &Load) -> Mode {
         let th = &self.th;
         let at = |f: f64| {
-            level(load.cpu_pct, &th.cpu_pct, f)
-                .max(level(load.memory_pct, &th.memory_pct, f))
-                .max(level(Some(load.queue), &th.queue, f))
+            level(load.cpu_pct, &th.cpu_pct, f).max(level(load.memory_pct, &th.memory_pct, f)).max(level(
+                Some(load.queue),
+                &th.queue,
+                f,
+            ))
         };
         let up = at(1.0);
         let hold = at(th.hysteresis_factor).min(self.mode.idx());
@@ -352,7 +354,9 @@ mod tests {
         // With neither, it flips nearly every second: the test can fail.
         th.min_mode_duration_s = 0.0;
         let mut m = Manager::new(th);
-        let changes: u32 = (0..600).map(|t| m.observe(f64::from(t), &cpu(if t % 2 == 0 { 82.0 } else { 75.0 })).is_some() as u32).sum();
+        let changes: u32 = (0..600)
+            .map(|t| m.observe(f64::from(t), &cpu(if t % 2 == 0 { 82.0 } else { 75.0 })).is_some() as u32)
+            .sum();
         assert!(changes > 500, "{changes}");
     }
 

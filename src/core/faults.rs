@@ -90,7 +90,9 @@ fn action_of(kind: Kind, fraction: Option<f64>) -> Result<Action, (&'static str,
             return match fraction {
                 Some(f) if f.is_finite() && f > 0.0 && f < 1.0 => Ok(Action::Slow(f)),
                 Some(f) => Err(("fraction", format!("{f} is not a fraction of the CPU budget in (0, 1)"))),
-                None => Err(("fraction", "slow needs the fraction of the CPU budget it keeps, e.g. fraction = 0.25".into())),
+                None => {
+                    Err(("fraction", "slow needs the fraction of the CPU budget it keeps, e.g. fraction = 0.25".into()))
+                }
             }
         }
         Kind::Down => Action::Down,
@@ -306,11 +308,20 @@ mod tests {
             (one("down", "fraction = 0.5"), "event[0].fraction: only slow takes a fraction"),
             (one("restore", ""), "event[0].action: Restore of r2: no earlier Slow"),
             (one("heal", ""), "event[0].action: Heal of r2: no earlier Partition"),
-            (one("slow", "fraction = 0.5") + &then("slow") + "fraction = 0.2\n", "event[1].action: Slow 0.2 of r2: the replica is already slow"),
-            (one("down", "") + &then("slow") + "fraction = 0.2\n", "event[1].action: Slow 0.2 of r2: the replica is already slow or down"),
+            (
+                one("slow", "fraction = 0.5") + &then("slow") + "fraction = 0.2\n",
+                "event[1].action: Slow 0.2 of r2: the replica is already slow",
+            ),
+            (
+                one("down", "") + &then("slow") + "fraction = 0.2\n",
+                "event[1].action: Slow 0.2 of r2: the replica is already slow or down",
+            ),
             (one("partition", "") + &then("partition"), "event[1].action: Partition of r2: the replica is partitioned"),
             (one("down", "") + &then("partition"), "event[1].action"),
-            (one("slow", "fraction = 0.5") + &then("restore") + &then("restore"), "event[2].action: Restore of r2: no earlier Slow"),
+            (
+                one("slow", "fraction = 0.5") + &then("restore") + &then("restore"),
+                "event[2].action: Restore of r2: no earlier Slow",
+            ),
         ];
         for (text, want) in cases {
             let got = parse(&text, TL).unwrap_err().to_string();
@@ -333,7 +344,12 @@ mod tests {
         assert!(o.survivor());
         assert_eq!(o.undo(), vec![Action::Restore]);
         let ev = |t_s, replica, action| FaultEvent { t_s, replica, action };
-        let events = [ev(1.0, 0, Action::Down), ev(2.0, 1, Action::Slow(0.5)), ev(3.0, 0, Action::Rejoin), ev(4.0, 2, Action::Partition)];
+        let events = [
+            ev(1.0, 0, Action::Down),
+            ev(2.0, 1, Action::Slow(0.5)),
+            ev(3.0, 0, Action::Rejoin),
+            ev(4.0, 2, Action::Partition),
+        ];
         assert_eq!(undo(&events, 3), vec![(1, Action::Restore), (2, Action::Heal)]);
         assert!(undo(&events[..3], 3).iter().all(|(r, _)| *r == 1), "r1 rejoined, nothing to undo there");
     }

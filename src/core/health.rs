@@ -278,12 +278,18 @@ impl HealthMachine {
             (_, Signal::Gone) => Some((Isolated, "connection refused")),
             (_, Signal::Timeout) if self.timeouts >= c.timeouts_to_isolate => Some((Isolated, "timeouts in a row")),
             (Recovering, Signal::Timeout) => Some((Isolated, "failed on probation")),
-            (Recovering, _) => (now_s - self.since_s >= c.stability_window_s).then_some((Healthy, "stability window passed")),
+            (Recovering, _) => {
+                (now_s - self.since_s >= c.stability_window_s).then_some((Healthy, "stability window passed"))
+            }
             (Healthy, Signal::Timeout) => Some((Suspect, "timeout")),
             (Healthy, Signal::Slow(why)) => Some((Suspect, why)),
             (Suspect, Signal::Slow(_)) if self.slow >= c.slow_to_degrade => Some((Degraded, "slow answers in a row")),
-            (Suspect, Signal::Fast | Signal::Alive) if self.fast >= c.fast_to_clear => Some((Healthy, "fast answers in a row")),
-            (Degraded, Signal::Fast | Signal::Alive) if self.fast >= c.fast_to_clear => Some((Suspect, "fast answers in a row")),
+            (Suspect, Signal::Fast | Signal::Alive) if self.fast >= c.fast_to_clear => {
+                Some((Healthy, "fast answers in a row"))
+            }
+            (Degraded, Signal::Fast | Signal::Alive) if self.fast >= c.fast_to_clear => {
+                Some((Suspect, "fast answers in a row"))
+            }
             _ => None,
         }
     }
@@ -337,7 +343,8 @@ mod tests {
     #[test]
     fn paused_replica_is_suspected_isolated_then_recovered() {
         let mut m = HealthMachine::new(HealthConfig::default());
-        let path: Vec<Health> = (0..3).filter_map(|i| m.observe(i as f64, Evidence::ProbeTimeout)).map(|t| t.to).collect();
+        let path: Vec<Health> =
+            (0..3).filter_map(|i| m.observe(i as f64, Evidence::ProbeTimeout)).map(|t| t.to).collect();
         assert_eq!(path, [Suspect, Isolated]);
         assert_eq!(m.share(), 0.0);
         assert_eq!(m.observe(10.0, Evidence::ProbeOk { ms: 2.0 }).map(|t| t.to), Some(Recovering));
@@ -353,7 +360,8 @@ mod tests {
         let path = feed(&mut m, 0.0, slow(), 6);
         assert_eq!(path, [Suspect, Degraded], "demoted, not isolated, while it still answers");
         assert!(m.share() > 0.0 && m.share() < HealthConfig::default().suspect_share);
-        let path: Vec<Health> = (0..3).filter_map(|i| m.observe(10.0 + i as f64, Evidence::ProbeTimeout)).map(|t| t.to).collect();
+        let path: Vec<Health> =
+            (0..3).filter_map(|i| m.observe(10.0 + i as f64, Evidence::ProbeTimeout)).map(|t| t.to).collect();
         assert_eq!(path, [Isolated], "removed only once it stops answering");
     }
 

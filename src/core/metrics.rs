@@ -278,12 +278,8 @@ impl Collector {
     pub fn new(phases: Vec<Phase>, replicas: usize, cpus: f64, raw: bool) -> Collector {
         let end = phases.last().map_or(0.0, |p| p.end_s);
         let secs = end.ceil().max(1.0) as usize;
-        let second = || SecondAgg {
-            completed: 0,
-            wait_max_ms: None,
-            latency_ms: Histogram::new(3).expect("valid"),
-            active: 0,
-        };
+        let second =
+            || SecondAgg { completed: 0, wait_max_ms: None, latency_ms: Histogram::new(3).expect("valid"), active: 0 };
         Collector {
             per_phase: phases.iter().map(|_| [ClassAgg::new(), ClassAgg::new()]).collect(),
             phases,
@@ -509,7 +505,8 @@ impl Collector {
     pub fn finish(self, available: &dyn Fn(&Phase, usize) -> bool, in_flight: [u64; 2]) -> RunMetrics {
         let (replica_cpu, cpu_stats) = self.phase_cpu(available);
         let baseline = self.phases.iter().position(|p| p.name == "baseline");
-        let pct = |h: &Histogram<u64>, q: f64, div: f64| (!h.is_empty()).then(|| r4(h.value_at_quantile(q) as f64 / div));
+        let pct =
+            |h: &Histogram<u64>, q: f64, div: f64| (!h.is_empty()).then(|| r4(h.value_at_quantile(q) as f64 / div));
         let mut phases = Vec::new();
         for (i, p) in self.phases.iter().enumerate() {
             for class in Class::ALL {
@@ -744,7 +741,13 @@ mod tests {
         c.session_started(Class::P, 0, 3.2);
         c.session_started(Class::F, 0, 3.9);
         c.session_started(Class::F, 1, 4.0);
-        c.session_ended(SessionRecord { class: Class::P, replica: 0, start_s: 3.2, end_s: 7.5, abort: Some("replica down".into()) });
+        c.session_ended(SessionRecord {
+            class: Class::P,
+            replica: 0,
+            start_s: 3.2,
+            end_s: 7.5,
+            abort: Some("replica down".into()),
+        });
         c.session_ended(SessionRecord { class: Class::F, replica: 0, start_s: 3.9, end_s: 7.6, abort: None });
         let m = c.finish(&|_, _| true, [0, 1]);
         assert_eq!(m.flow.len(), 20, "one row per second of the 20 s run");

@@ -15,6 +15,6 @@ pub mod recovery;
 pub mod roles;
 pub mod router;
 pub mod saturation;
-pub mod watch;
 pub mod schedule;
+pub mod watch;
 pub mod workload;

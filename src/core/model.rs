@@ -16,9 +16,7 @@ pub fn replica_name(r: ReplicaId) -> String {
 /// Parses `r1`..`rK` (or a bare 1-based number) into an index below `k`.
 pub fn parse_replica(s: &str, k: usize) -> Result<ReplicaId, String> {
     let digits = s.trim().trim_start_matches(['r', 'R']);
-    let n: usize = digits
-        .parse()
-        .map_err(|_| format!("`{s}` is not a replica name (expected r1..r{k})"))?;
+    let n: usize = digits.parse().map_err(|_| format!("`{s}` is not a replica name (expected r1..r{k})"))?;
     if n == 0 || n > k {
         return Err(format!("replica `{s}` does not exist (expected r1..r{k})"));
     }

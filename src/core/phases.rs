@@ -7,8 +7,8 @@
 
 use super::faults::Open;
 use super::model::FaultEvent;
-use std::collections::BTreeMap;
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// Name of the phase that holds the ramp; excluded from figures but counted
 /// so that every query belongs to exactly one phase.
@@ -125,7 +125,15 @@ mod tests {
         let names: Vec<_> = p.iter().skip(2).map(|p| (p.name.as_str(), p.survivors)).collect();
         assert_eq!(
             names,
-            vec![("slow1", 5), ("partition1", 4), ("heal1", 5), ("restore1", 5), ("slow2", 5), ("down1", 4), ("rejoin1", 5)]
+            vec![
+                ("slow1", 5),
+                ("partition1", 4),
+                ("heal1", 5),
+                ("restore1", 5),
+                ("slow2", 5),
+                ("down1", 4),
+                ("rejoin1", 5)
+            ]
         );
     }
 

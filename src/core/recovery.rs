@@ -236,10 +236,14 @@ pub fn of_run(faults: &[FaultEvent], m: &RunMetrics, replicas: usize) -> Vec<Ent
     };
     let pairs = faults_of(faults);
     let faults: Vec<Fault> = pairs.iter().map(|(f, _)| *f).collect();
-    ledger(&faults, &seen).into_iter().zip(pairs).map(|(mut e, (_, a))| {
-        e.action = a.to_string();
-        e
-    }).collect()
+    ledger(&faults, &seen)
+        .into_iter()
+        .zip(pairs)
+        .map(|(mut e, (_, a))| {
+            e.action = a.to_string();
+            e
+        })
+        .collect()
 }
 
 fn entry(f: &Fault, seen: &Observed) -> Entry {
@@ -290,7 +294,9 @@ pub fn settled(series: &Series, from: f64, limit: f64) -> Option<f64> {
 /// Transitions to SUSPECT or ISOLATED on a replica that had no fault open
 /// at that moment: the detector suspected a healthy replica.
 pub fn false_suspicions(faults: &[Fault], transitions: &[Seen]) -> usize {
-    let open = |r: ReplicaId, t: f64| faults.iter().any(|f| f.replica == r && f.at_s <= t && f.ended_s.map_or(true, |e| t <= e));
+    let open = |r: ReplicaId, t: f64| {
+        faults.iter().any(|f| f.replica == r && f.at_s <= t && f.ended_s.map_or(true, |e| t <= e))
+    };
     transitions
         .iter()
         .filter(|s| matches!(s.transition.to, Health::Suspect | Health::Isolated))
@@ -438,9 +444,19 @@ mod tests {
         assert_eq!(full_service(&endless, &traffic().1), None);
         let share = [1.0 / 3.0; 3];
         let (series, backlog) = (series(&[10.0; 30]), series(&[0.0; 30]));
-        let seen = Observed { transitions: &[], p95: [(&series, 10.0), (&series, 10.0)], backlog: (&backlog, 0.0), flow: &flow, share: &share };
+        let seen = Observed {
+            transitions: &[],
+            p95: [(&series, 10.0), (&series, 10.0)],
+            backlog: (&backlog, 0.0),
+            flow: &flow,
+            share: &share,
+        };
         let e = &ledger(&[endless], &seen)[0];
-        assert_eq!((e.full_service_s, e.sessions_shifted, e.retries), (None, Some(15), Some(7)), "counted to the run's end");
+        assert_eq!(
+            (e.full_service_s, e.sessions_shifted, e.retries),
+            (None, Some(15), Some(7)),
+            "counted to the run's end"
+        );
         assert_eq!(shares(&flow, 3.0, 3.5, 3), None, "no whole second, no share");
     }
 
@@ -462,7 +478,13 @@ mod tests {
                 c.session_started(Class::P, r, f64::from(t) + 0.5);
             }
         }
-        c.session_ended(SessionRecord { class: Class::P, replica: 0, start_s: 19.5, end_s: 20.0, abort: Some("replica down".into()) });
+        c.session_ended(SessionRecord {
+            class: Class::P,
+            replica: 0,
+            start_s: 19.5,
+            end_s: 20.0,
+            abort: Some("replica down".into()),
+        });
         c.event(5.0, "health", Some(1), "HEALTHY->SUSPECT (slow)"); // false
         c.event(6.0, "health", Some(1), "SUSPECT->HEALTHY (fast)");
         c.event(20.2, "health", Some(0), "HEALTHY->SUSPECT (refused)");
@@ -515,7 +537,12 @@ mod tests {
     fn suspicion_outside_any_fault_is_false() {
         use Health::*;
         let faults = [Fault { replica: 0, at_s: 10.0, ended_s: Some(20.0) }];
-        let t = [tr(0, 11.0, Healthy, Suspect), tr(0, 25.0, Healthy, Suspect), tr(1, 12.0, Healthy, Isolated), tr(0, 26.0, Suspect, Healthy)];
+        let t = [
+            tr(0, 11.0, Healthy, Suspect),
+            tr(0, 25.0, Healthy, Suspect),
+            tr(1, 12.0, Healthy, Isolated),
+            tr(0, 26.0, Suspect, Healthy),
+        ];
         assert_eq!(false_suspicions(&faults, &t), 2);
     }
 }

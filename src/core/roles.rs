@@ -88,12 +88,7 @@ fn floor_of(role: Role, reference: RoleVector) -> usize {
 /// toward `goal`: while a role is below its target, move the least-loaded
 /// replica of an eligible donor role (Mixed first) into it. `load` gives
 /// each replica's active sessions. Returns the moves in order.
-pub fn repair(
-    roles: &mut [Option<Role>],
-    load: &[u32],
-    goal: RoleVector,
-    reference: RoleVector,
-) -> Vec<Move> {
+pub fn repair(roles: &mut [Option<Role>], load: &[u32], goal: RoleVector, reference: RoleVector) -> Vec<Move> {
     let mut moves = Vec::new();
     loop {
         let counts = count(roles);
@@ -104,9 +99,7 @@ pub fn repair(
         // while the donor stays at or above its floor.
         let Some(donor) = [Role::M, Role::P, Role::F].into_iter().find(|&d| {
             let crosses = d != Role::M && needy != Role::M;
-            d != needy
-                && counts[d.idx()] > goal[d.idx()]
-                && (!crosses || counts[d.idx()] > floor_of(d, reference))
+            d != needy && counts[d.idx()] > goal[d.idx()] && (!crosses || counts[d.idx()] > floor_of(d, reference))
         }) else {
             break;
         };

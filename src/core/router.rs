@@ -69,7 +69,15 @@ impl RouterConfig {
     #[cfg(test)]
     pub(crate) fn for_tests(strategy: Strategy, reference: RoleVector) -> RouterConfig {
         let k = reference.iter().sum();
-        RouterConfig { strategy, replicas: k, reference, split: (k - k / 2, k / 2), theta: 10, alpha: 0.7, mixed_bounded: false }
+        RouterConfig {
+            strategy,
+            replicas: k,
+            reference,
+            split: (k - k / 2, k / 2),
+            theta: 10,
+            alpha: 0.7,
+            mixed_bounded: false,
+        }
     }
 }
 
@@ -149,7 +157,14 @@ impl Router {
             Strategy::Rr | Strategy::Lc => Role::M,
         };
         let replicas = (0..k)
-            .map(|r| Replica { healthy: true, share: [1.0; 2], credit: [0.0; 2], role: role_at(r), home: None, active: [0, 0] })
+            .map(|r| Replica {
+                healthy: true,
+                share: [1.0; 2],
+                credit: [0.0; 2],
+                role: role_at(r),
+                home: None,
+                active: [0, 0],
+            })
             .collect();
         let tau = (cfg.alpha * f64::from(cfg.theta)).floor() as u32;
         Router { cfg, tau, replicas, cursors: [0; 3], changes: Vec::new() }
@@ -386,8 +401,7 @@ impl Router {
             rep.role = to;
             rep.home = None;
         }
-        let mut view: Vec<Option<Role>> =
-            self.replicas.iter().map(|r| r.healthy.then_some(r.role)).collect();
+        let mut view: Vec<Option<Role>> = self.replicas.iter().map(|r| r.healthy.then_some(r.role)).collect();
         let load: Vec<u32> = self.replicas.iter().map(Replica::load).collect();
         let goal = self.goal();
         for Move { replica, from, to } in roles::repair(&mut view, &load, goal, self.cfg.reference) {

@@ -177,9 +177,9 @@ mod tests {
             (&[0.1, 0.79, 0.3], &quiet, false), // just below the limit holds
             (&[0.1, 0.81, 0.3], &quiet, true),  // one second above it does not
             (&[1.9, 0.1], &quiet, true),
-            (&[0.2; 5], &one_late, false),      // 1 of 100 late: p99 is still quiet
-            (&[0.2; 5], &two_late, true),       // 2 of 100 late: p99 is late
-            (&[0.2; 5], &[], false),            // no lag samples
+            (&[0.2; 5], &one_late, false), // 1 of 100 late: p99 is still quiet
+            (&[0.2; 5], &two_late, true),  // 2 of 100 late: p99 is late
+            (&[0.2; 5], &[], false),       // no lag samples
             (&[], &[11.0], true),
         ];
         for (i, (cores, lags, want)) in cases.iter().enumerate() {

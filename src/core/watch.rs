@@ -101,7 +101,13 @@ impl Watch {
     }
 
     fn with(detect: Detect, replicas: usize, recovery: Recovery, cfg: HealthConfig) -> Watch {
-        Watch { detect, recovery, window_s: cfg.stability_window_s, ramp: vec![None; replicas], budget_ms: cfg.budget_ms }
+        Watch {
+            detect,
+            recovery,
+            window_s: cfg.stability_window_s,
+            ramp: vec![None; replicas],
+            budget_ms: cfg.budget_ms,
+        }
     }
 
     /// How query answers count as evidence, for a client query timeout of
@@ -188,7 +194,11 @@ impl Watch {
         self.ramp[r] = None;
         if up && self.recovery == Recovery::Probation {
             self.ramp[r] = Some(now_s);
-            notes.push(("recovery", r, format!("probation: Premium at once, Freemium ramps in over {} s", self.window_s)));
+            notes.push((
+                "recovery",
+                r,
+                format!("probation: Premium at once, Freemium ramps in over {} s", self.window_s),
+            ));
         }
     }
 
@@ -215,7 +225,6 @@ impl Watch {
         }
         router.set_shares(r, self.shares(r, now_s));
     }
-
 }
 
 /// The Freemium share `elapsed_s` into a ramp of `window_s`: 0 to 1, linear.
@@ -247,7 +256,10 @@ mod tests {
         let n = w.evidence(&mut rt, 1, Evidence::Refused, 1.0, "connection error");
         assert_eq!(n, vec![("detect", 1, "down (connection error)".to_string())]);
         assert!(!rt.is_healthy(1));
-        assert!(w.evidence(&mut rt, 1, Evidence::Query { ms: 1e9, budget_ms: 1.0 }, 2.0, "query").is_empty(), "latency is not the probe detector's evidence");
+        assert!(
+            w.evidence(&mut rt, 1, Evidence::Query { ms: 1e9, budget_ms: 1.0 }, 2.0, "query").is_empty(),
+            "latency is not the probe detector's evidence"
+        );
         w.evidence(&mut rt, 1, Evidence::ProbeOk { ms: 1.0 }, 3.0, "probe");
         assert!(rt.is_healthy(1));
         assert_eq!(rt.shares(1), [1.0, 1.0], "no ramp without probation");
@@ -258,8 +270,16 @@ mod tests {
         let cfg = HealthConfig::default();
         assert_eq!(Watch::probe(5, Recovery::None, cfg).answers(30_000.0), None);
         let a = Watch::suspicion(5, Recovery::None, cfg).answers(30_000.0).expect("suspicion judges answers");
-        assert_eq!(a.evidence(Some(40.0)), Evidence::Query { ms: 40.0, budget_ms: 30_000.0 }, "budget defaults to the timeout");
-        assert_eq!(a.evidence(None), Evidence::Query { ms: 30_000.0, budget_ms: 30_000.0 }, "a timeout is the slowest answer");
+        assert_eq!(
+            a.evidence(Some(40.0)),
+            Evidence::Query { ms: 40.0, budget_ms: 30_000.0 },
+            "budget defaults to the timeout"
+        );
+        assert_eq!(
+            a.evidence(None),
+            Evidence::Query { ms: 30_000.0, budget_ms: 30_000.0 },
+            "a timeout is the slowest answer"
+        );
         let set = HealthConfig { budget_ms: 600.0, ..cfg };
         let a = Watch::suspicion(5, Recovery::None, set).answers(30_000.0).unwrap();
         assert_eq!(a.evidence(None), Evidence::Query { ms: 30_000.0, budget_ms: 600.0 });
@@ -301,7 +321,10 @@ mod tests {
         for _ in 0..30 {
             assert_ne!(rt.admit(Class::F), Some(2), "Freemium waits for the ramp");
         }
-        assert!((0..25).any(|_| rt.admit(Class::P) == Some(2)), "Premium may use it at once (once the P role is at theta)");
+        assert!(
+            (0..25).any(|_| rt.admit(Class::P) == Some(2)),
+            "Premium may use it at once (once the P role is at theta)"
+        );
     }
 
     #[test]

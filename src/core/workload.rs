@@ -254,7 +254,14 @@ impl Workload {
 
     /// The `session.between_ms` at which [`Workload::offered_utilisation`]
     /// equals `target` (how the default workload's think time was chosen).
-    pub fn between_for_utilisation(&self, target: f64, clients: u32, premium_pct: u32, replicas: usize, cpus: f64) -> f64 {
+    pub fn between_for_utilisation(
+        &self,
+        target: f64,
+        clients: u32,
+        premium_pct: u32,
+        replicas: usize,
+        cpus: f64,
+    ) -> f64 {
         // u = A / (between + B), so between = A/u - B with B from u at 0.
         let mut w = self.clone();
         w.session.between_ms = 0.0;
@@ -337,13 +344,17 @@ mod tests {
 
     #[test]
     fn degradation_section_is_parsed_and_checked() {
-        let w = Workload::parse(&format!("{DEFAULT}\n[degradation]\npreset = \"aggressive\"\nfreemium = \"background\"\n")).unwrap();
+        let w =
+            Workload::parse(&format!("{DEFAULT}\n[degradation]\npreset = \"aggressive\"\nfreemium = \"background\"\n"))
+                .unwrap();
         assert_eq!(w.degradation.thresholds(1.0).cpu_pct, [85.0, 93.0, 97.0]);
         let err = Workload::parse(&format!("{DEFAULT}\n[degradation]\nbogus = 1\n")).unwrap_err().to_string();
         assert!(err.contains("bogus"), "{err}");
-        let err = Workload::parse(&format!("{DEFAULT}\n[degradation]\nhysteresis_factor = 2.0\n")).unwrap_err().to_string();
+        let err =
+            Workload::parse(&format!("{DEFAULT}\n[degradation]\nhysteresis_factor = 2.0\n")).unwrap_err().to_string();
         assert_eq!(err, "field `degradation.hysteresis_factor`: must be in (0, 1]");
-        let err = Workload::parse(&format!("{DEFAULT}\n[degradation]\npremium = \"urgent\"\n")).unwrap_err().to_string();
+        let err =
+            Workload::parse(&format!("{DEFAULT}\n[degradation]\npremium = \"urgent\"\n")).unwrap_err().to_string();
         assert!(err.contains("premium"), "{err}");
     }
 }

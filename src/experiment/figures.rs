@@ -169,7 +169,8 @@ pub fn figures(all: &[Summary]) -> Figures {
                 })
             };
             let (plb, rr_split) = (side(Strategy::Plb)?, side(Strategy::RrSplit)?);
-            let gain = plb.premium_retention.median.zip(rr_split.premium_retention.median).map(|(a, b)| (a - b) * 100.0);
+            let gain =
+                plb.premium_retention.median.zip(rr_split.premium_retention.median).map(|(a, b)| (a - b) * 100.0);
             let gain = round(gain);
             Some(Rq1 { mix, phase: "down1".into(), plb, rr_split, retention_gain_pp: gain })
         })
@@ -185,7 +186,10 @@ fn rq2(all: &[Summary], mix: String) -> Option<Rq2> {
     if plb.is_empty() || rr.is_empty() {
         return None;
     }
-    let vs = |phase: &str, class, m: &str| Versus { plb: spread_of(&plb, phase, class, m), rr: spread_of(&rr, phase, class, m) };
+    let vs = |phase: &str, class, m: &str| Versus {
+        plb: spread_of(&plb, phase, class, m),
+        rr: spread_of(&rr, phase, class, m),
+    };
     let mut rows = Vec::new();
     for phase in CASCADE_PHASES {
         for class in Class::ALL {
@@ -251,7 +255,11 @@ pub fn render_figures(f: &Figures) -> String {
     if f.rq1.is_empty() {
         let _ = writeln!(o, "  (needs premium-fault runs of plb and rr-split)");
     } else {
-        let _ = writeln!(o, "  {:<6} {:<9} {:>2}  {:<24} {:<24} {:<24}", "mix", "strategy", "n", "P retention", "u_mean", "cv");
+        let _ = writeln!(
+            o,
+            "  {:<6} {:<9} {:>2}  {:<24} {:<24} {:<24}",
+            "mix", "strategy", "n", "P retention", "u_mean", "cv"
+        );
     }
     for r in &f.rq1 {
         for (name, s) in [("plb", &r.plb), ("rr-split", &r.rr_split)] {
@@ -356,7 +364,13 @@ mod tests {
 
     /// `base` as a run of `strategy`, `mix`, `fault`, `seed` with P p95,
     /// goodput and retention set in every phase from `per_phase`.
-    fn fake(base: &Summary, strategy: &str, fault: &str, seed: u64, per_phase: &dyn Fn(&str) -> (f64, f64, f64)) -> Summary {
+    fn fake(
+        base: &Summary,
+        strategy: &str,
+        fault: &str,
+        seed: u64,
+        per_phase: &dyn Fn(&str) -> (f64, f64, f64),
+    ) -> Summary {
         let mut s = base.clone();
         s.settings.strategy = strategy.into();
         s.settings.faults = fault.into();

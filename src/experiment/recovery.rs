@@ -73,7 +73,9 @@ pub fn rows(summaries: &[Summary]) -> Vec<Row> {
             let first = group.iter().find_map(|s| s.recovery.get(i)).expect("some run has fault i");
             let spreads = FIGURES
                 .iter()
-                .map(|f| Spread::of_options(group.iter().map(|s| s.recovery.get(i).and_then(|e| figure(e, f)))).rounded(3))
+                .map(|f| {
+                    Spread::of_options(group.iter().map(|s| s.recovery.get(i).and_then(|e| figure(e, f)))).rounded(3)
+                })
                 .collect();
             out.push(row(i + 1, format!("{} {}", first.replica, first.action), spreads));
         }
@@ -91,14 +93,22 @@ pub fn rows(summaries: &[Summary]) -> Vec<Row> {
 /// empty field.
 pub fn csv(rows: &[Row]) -> anyhow::Result<String> {
     let mut w = csv::Writer::from_writer(Vec::new());
-    let mut header: Vec<String> = ["fault", "mix", "strategy", "index", "what", "runs"].iter().map(|s| s.to_string()).collect();
+    let mut header: Vec<String> =
+        ["fault", "mix", "strategy", "index", "what", "runs"].iter().map(|s| s.to_string()).collect();
     for f in FIGURES {
         header.extend(["median", "q1", "q3", "n"].iter().map(|q| format!("{f}_{q}")));
     }
     w.write_record(&header)?;
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
     for r in rows {
-        let mut rec = vec![r.fault.clone(), r.mix.clone(), r.strategy.clone(), r.index.to_string(), r.what.clone(), r.runs.to_string()];
+        let mut rec = vec![
+            r.fault.clone(),
+            r.mix.clone(),
+            r.strategy.clone(),
+            r.index.to_string(),
+            r.what.clone(),
+            r.runs.to_string(),
+        ];
         for s in &r.spreads {
             rec.extend([opt(s.median), opt(s.q1), opt(s.q3), s.n.to_string()]);
         }

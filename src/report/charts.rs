@@ -157,18 +157,31 @@ impl Frame {
             if windows.iter().any(|w| w.name == r.phase) || !(warmup || r.survivors < k) || r.end_s <= r.start_s {
                 continue;
             }
-            windows.push(Window { name: r.phase.clone(), start_s: r.start_s, end_s: r.end_s, survivors: r.survivors, warmup });
+            windows.push(Window {
+                name: r.phase.clone(),
+                start_s: r.start_s,
+                end_s: r.end_s,
+                survivors: r.survivors,
+                warmup,
+            });
         }
         Frame { t_end: t_end.max(1.0), windows, fault_times, modes: Vec::new() }
     }
 }
 
 /// Draws into a fresh SVG string of `size`; names the chart on error.
-fn render(chart: &'static str, size: (u32, u32), draw: impl FnOnce(&Area<'_>) -> Result<(), DrawErr>) -> Result<String, ChartError> {
+fn render(
+    chart: &'static str,
+    size: (u32, u32),
+    draw: impl FnOnce(&Area<'_>) -> Result<(), DrawErr>,
+) -> Result<String, ChartError> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
-        root.fill(&WHITE).and_then(|()| draw(&root)).and_then(|()| root.present()).map_err(|source| ChartError { chart, source })?;
+        root.fill(&WHITE)
+            .and_then(|()| draw(&root))
+            .and_then(|()| root.present())
+            .map_err(|source| ChartError { chart, source })?;
     }
     Ok(svg)
 }
@@ -270,7 +283,11 @@ where
 }
 
 /// Shades the warm-up and the fault windows between `y0` and `y1`.
-fn shade<Y: Ranged<ValueType = f64>>(chart: &mut TimeChart<'_, '_, Y>, frame: &Frame, (y0, y1): (f64, f64)) -> Result<(), DrawErr> {
+fn shade<Y: Ranged<ValueType = f64>>(
+    chart: &mut TimeChart<'_, '_, Y>,
+    frame: &Frame,
+    (y0, y1): (f64, f64),
+) -> Result<(), DrawErr> {
     for w in &frame.windows {
         let (colour, alpha) = if w.warmup { (WARM, 0.14) } else { (FAULT, 0.10) };
         let end = w.end_s.min(frame.t_end);
@@ -280,7 +297,8 @@ fn shade<Y: Ranged<ValueType = f64>>(chart: &mut TimeChart<'_, '_, Y>, frame: &F
         chart.draw_series(std::iter::once(EmptyElement::at((w.start_s, y1)) + Text::new(label, (4, 4), style)))?;
     }
     for &t in frame.fault_times.iter().filter(|t| **t <= frame.t_end) {
-        chart.draw_series(std::iter::once(PathElement::new(vec![(t, y0), (t, y1)], FAULT.mix(0.45).stroke_width(1))))?;
+        chart
+            .draw_series(std::iter::once(PathElement::new(vec![(t, y0), (t, y1)], FAULT.mix(0.45).stroke_width(1))))?;
     }
     Ok(())
 }
@@ -354,7 +372,8 @@ pub fn goodput(series: &[SeriesRow], frame: &Frame) -> Result<String, ChartError
         shade(&mut chart, frame, (0.0, ymax))?;
         let mut entries = Vec::new();
         for class in Class::ALL {
-            let pts: Vec<(f64, f64)> = class_series(series, class).iter().map(|r| (r.t_s as f64 + 0.5, r.goodput_qps)).collect();
+            let pts: Vec<(f64, f64)> =
+                class_series(series, class).iter().map(|r| (r.t_s as f64 + 0.5, r.goodput_qps)).collect();
             let colour = class_colour(class);
             draw_runs(&mut chart, std::slice::from_ref(&pts), colour.mix(0.3).stroke_width(1))?;
             draw_runs(&mut chart, &[smooth(&pts, 2)], colour.stroke_width(2))?;
@@ -420,17 +439,25 @@ pub fn mode_spans(events: &[crate::core::metrics::EventRow], t_end: f64) -> Vec<
     spans
 }
 
-fn p95_lines<Y>(chart: &mut TimeChart<'_, '_, Y>, series: &[SeriesRow], frame: &Frame, ys: (f64, f64), y_desc: &str) -> Result<(), DrawErr>
+fn p95_lines<Y>(
+    chart: &mut TimeChart<'_, '_, Y>,
+    series: &[SeriesRow],
+    frame: &Frame,
+    ys: (f64, f64),
+    y_desc: &str,
+) -> Result<(), DrawErr>
 where
     Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
 {
     mesh(chart, y_desc)?;
     shade(chart, frame, ys)?;
     for (start, end, name, level) in &frame.modes {
-        let area = Rectangle::new([(*start, ys.0), (end.min(frame.t_end), ys.1)], MODE.mix(0.07 * *level as f64).filled());
+        let area =
+            Rectangle::new([(*start, ys.0), (end.min(frame.t_end), ys.1)], MODE.mix(0.07 * *level as f64).filled());
         chart.draw_series(std::iter::once(area))?;
         let style = text_style(11, MODE, HPos::Left, VPos::Bottom);
-        chart.draw_series(std::iter::once(EmptyElement::at((*start, ys.0)) + Text::new(name.clone(), (4, -4), style)))?;
+        chart
+            .draw_series(std::iter::once(EmptyElement::at((*start, ys.0)) + Text::new(name.clone(), (4, -4), style)))?;
     }
     for class in Class::ALL {
         let pts = class_series(series, class).into_iter().map(|r| (r.t_s as f64 + 0.5, r.p95_ms.filter(|v| *v > 0.0)));
@@ -528,11 +555,16 @@ fn bar_panel(area: &Area<'_>, y_desc: &str, names: &[&str], values: &[Pair]) -> 
         for (c, v) in pair.iter().enumerate() {
             let (x0, x1) = if c == 0 { (x + 0.12, x + 0.49) } else { (x + 0.51, x + 0.88) };
             if let Some(v) = v {
-                chart.draw_series(std::iter::once(Rectangle::new([(x0, 0.0), (x1, *v)], class_colour(Class::ALL[c]).filled())))?;
+                chart.draw_series(std::iter::once(Rectangle::new(
+                    [(x0, 0.0), (x1, *v)],
+                    class_colour(Class::ALL[c]).filled(),
+                )))?;
             }
             let text = v.map_or("n/a".to_string(), sig3);
             let at = EmptyElement::at(((x0 + x1) / 2.0, v.unwrap_or(0.0)));
-            chart.draw_series(std::iter::once(at + Text::new(text, (0, -3), text_style(12, INK, HPos::Center, VPos::Bottom))))?;
+            chart.draw_series(std::iter::once(
+                at + Text::new(text, (0, -3), text_style(12, INK, HPos::Center, VPos::Bottom)),
+            ))?;
         }
     }
     Ok(())
@@ -544,7 +576,12 @@ mod tests {
 
     #[test]
     fn mode_spans_follow_mode_events_to_the_end() {
-        let ev = |t_s: f64, kind: &str, detail: &str| crate::core::metrics::EventRow { t_s, kind: kind.into(), replica: String::new(), detail: detail.into() };
+        let ev = |t_s: f64, kind: &str, detail: &str| crate::core::metrics::EventRow {
+            t_s,
+            kind: kind.into(),
+            replica: String::new(),
+            detail: detail.into(),
+        };
         let events = [
             ev(10.0, "mode", "normal->cautious"),
             ev(12.0, "fault", "Down"),
@@ -578,7 +615,14 @@ mod tests {
 
     #[test]
     fn runs_split_on_missing_values_and_time_holes() {
-        let pts = vec![(0.0, Some(1.0)), (1.0, Some(2.0)), (2.0, None), (3.0, Some(3.0)), (9.0, Some(4.0)), (10.0, Some(5.0))];
+        let pts = vec![
+            (0.0, Some(1.0)),
+            (1.0, Some(2.0)),
+            (2.0, None),
+            (3.0, Some(3.0)),
+            (9.0, Some(4.0)),
+            (10.0, Some(5.0)),
+        ];
         let r = runs(pts);
         assert_eq!(r, vec![vec![(0.0, 1.0), (1.0, 2.0)], vec![(3.0, 3.0)], vec![(9.0, 4.0), (10.0, 5.0)]]);
     }

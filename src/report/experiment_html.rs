@@ -22,12 +22,8 @@ const TEMPLATE: &str = include_str!("../../templates/experiment.html");
 /// The baseline strategies of the comparisons, drawn in greys.
 const OTHER: RGBColor = RGBColor(0x9a, 0x9a, 0x9a);
 /// One colour per mix in the Fig. 6 panels (none is a class colour).
-const MIX_COLOURS: [RGBColor; 4] = [
-    RGBColor(0x2c, 0xa0, 0x2c),
-    RGBColor(0x94, 0x67, 0xbd),
-    RGBColor(0x8c, 0x56, 0x4b),
-    RGBColor(0x17, 0xbe, 0xcf),
-];
+const MIX_COLOURS: [RGBColor; 4] =
+    [RGBColor(0x2c, 0xa0, 0x2c), RGBColor(0x94, 0x67, 0xbd), RGBColor(0x8c, 0x56, 0x4b), RGBColor(0x17, 0xbe, 0xcf)];
 
 /// The experiment's report.html and each figure's SVG by id (written as
 /// `figures/<id>.svg` beside it, for papers and READMEs).
@@ -137,27 +133,13 @@ fn signed(v: Option<f64>, unit: &str) -> String {
 
 /// A median-only spread, for derived figures (ratios of medians).
 fn point(v: Option<f64>) -> Option<Spread> {
-    v.map(|m| Spread {
-        n: 1,
-        median: Some(m),
-        q1: None,
-        q3: None,
-    })
+    v.map(|m| Spread { n: 1, median: Some(m), q1: None, q3: None })
 }
 
 /// Links to the runs of `fault`, `mix` and any of `strategies`.
 fn links(file: &ExperimentFile, fault: &str, mix: &str, strategies: &[&str]) -> Vec<Link> {
-    let pick = |r: &&RunEntry| {
-        r.fault == fault && r.mix == mix && strategies.contains(&r.strategy.as_str())
-    };
-    file.runs
-        .iter()
-        .filter(pick)
-        .map(|r| Link {
-            label: run_name(r),
-            href: format!("{}/report.html", r.dir),
-        })
-        .collect()
+    let pick = |r: &&RunEntry| r.fault == fault && r.mix == mix && strategies.contains(&r.strategy.as_str());
+    file.runs.iter().filter(pick).map(|r| Link { label: run_name(r), href: format!("{}/report.html", r.dir) }).collect()
 }
 
 fn run_name(r: &RunEntry) -> String {
@@ -171,32 +153,14 @@ impl Page {
             ("strategies".into(), file.strategies.join(", ")),
             ("mixes".into(), file.mixes.join(", ")),
             ("faults".into(), file.faults.join(", ")),
-            (
-                "repeats".into(),
-                format!("{} per cell ({} runs)", file.repeat, file.runs.len()),
-            ),
+            ("repeats".into(), format!("{} per cell ({} runs)", file.repeat, file.runs.len())),
             ("clients T".into(), s.clients.to_string()),
-            (
-                "cluster".into(),
-                format!(
-                    "{}, K = {}, reference {}",
-                    s.cluster, s.replicas, s.reference
-                ),
-            ),
-            (
-                "time scale".into(),
-                format!("{} ({} s per run)", s.time_scale, sig3(s.duration_s)),
-            ),
+            ("cluster".into(), format!("{}, K = {}, reference {}", s.cluster, s.replicas, s.reference)),
+            ("time scale".into(), format!("{} ({} s per run)", s.time_scale, sig3(s.duration_s))),
             ("workload".into(), s.workload.clone()),
             ("detection".into(), s.detection.clone()),
             ("plbbench".into(), file.plbbench_version.clone()),
-            (
-                "wall time".into(),
-                format!(
-                    "{} s over all runs",
-                    sig3(file.runs.iter().map(|r| r.wall_s).sum())
-                ),
-            ),
+            ("wall time".into(), format!("{} s over all runs", sig3(file.runs.iter().map(|r| r.wall_s).sum()))),
         ];
         let mut figures = Vec::new();
         figures.extend(rq1_figure(file, f)?);
@@ -239,12 +203,11 @@ fn rq1_figure(file: &ExperimentFile, f: &Figures) -> Result<Option<FigureView>, 
         return Ok(None);
     }
     let groups = f.rq1.iter().map(|r| r.mix.clone()).collect();
-    let series =
-        |label: &str, colour, pick: fn(&crate::experiment::figures::Rq1) -> Spread| BarSeries {
-            label: label.into(),
-            colour,
-            values: f.rq1.iter().map(|r| Some(pick(r))).collect(),
-        };
+    let series = |label: &str, colour, pick: fn(&crate::experiment::figures::Rq1) -> Spread| BarSeries {
+        label: label.into(),
+        colour,
+        values: f.rq1.iter().map(|r| Some(pick(r))).collect(),
+    };
     let panel = BarPanel {
         y_desc: "Premium goodput retention in down1 (× baseline)".into(),
         groups,
@@ -268,41 +231,29 @@ fn rq1_figure(file: &ExperimentFile, f: &Figures) -> Result<Option<FigureView>, 
 /// Fig. 4 style: one class of one mix, goodput / p95 / lifetime per phase.
 fn fig4(file: &ExperimentFile, m: &Rq2, class: Class) -> Result<FigureView, ReportError> {
     let colour = charts::class_colour(class);
-    let rows: Vec<_> = CASCADE_PHASES
-        .iter()
-        .filter_map(|p| m.rows.iter().find(|r| r.phase == *p && r.class == class))
-        .collect();
+    let rows: Vec<_> =
+        CASCADE_PHASES.iter().filter_map(|p| m.rows.iter().find(|r| r.phase == *p && r.class == class)).collect();
     let groups: Vec<String> = rows.iter().map(|r| r.phase.clone()).collect();
-    let panel = |y_desc: &str,
-                 pick: fn(
-        &crate::experiment::figures::Rq2Row,
-    ) -> &crate::experiment::figures::Versus| BarPanel {
-        y_desc: y_desc.into(),
-        groups: groups.clone(),
-        series: vec![
-            BarSeries {
-                label: "plb".into(),
-                colour,
-                values: rows.iter().map(|r| Some(pick(r).plb)).collect(),
-            },
-            BarSeries {
-                label: "5RR".into(),
-                colour: OTHER,
-                values: rows.iter().map(|r| Some(pick(r).rr)).collect(),
-            },
-        ],
-        reference: None,
-    };
+    let panel =
+        |y_desc: &str, pick: fn(&crate::experiment::figures::Rq2Row) -> &crate::experiment::figures::Versus| BarPanel {
+            y_desc: y_desc.into(),
+            groups: groups.clone(),
+            series: vec![
+                BarSeries { label: "plb".into(), colour, values: rows.iter().map(|r| Some(pick(r).plb)).collect() },
+                BarSeries {
+                    label: "5RR".into(),
+                    colour: OTHER,
+                    values: rows.iter().map(|r| Some(pick(r).rr)).collect(),
+                },
+            ],
+            reference: None,
+        };
     let panels = [
         panel("goodput (queries/s)", |r| &r.goodput_qps),
         panel("p95 latency (ms)", |r| &r.p95_ms),
         panel("session lifetime, mean (s)", |r| &r.lifetime_mean_s),
     ];
-    let name = if class == Class::P {
-        "Premium"
-    } else {
-        "Freemium"
-    };
+    let name = if class == Class::P { "Premium" } else { "Freemium" };
     Ok(FigureView {
         id: format!("fig4-{}-{}", m.mix.replace(':', "-"), class),
         title: format!("Fig. 4 style, mix {}: {name} per phase of the cascade, plb vs 5RR", m.mix),
@@ -331,22 +282,13 @@ fn fig5(file: &ExperimentFile, f: &Figures) -> Result<Option<FigureView>, Report
         series: Class::ALL
             .into_iter()
             .map(|c| BarSeries {
-                label: if c == Class::P {
-                    "Premium".into()
-                } else {
-                    "Freemium".into()
-                },
+                label: if c == Class::P { "Premium".into() } else { "Freemium".into() },
                 colour: charts::class_colour(c),
                 values: f
                     .rq2
                     .iter()
                     .map(|m| {
-                        point(
-                            m.rows
-                                .iter()
-                                .find(|r| r.phase == phase && r.class == c)
-                                .and_then(|r| r.p95_change_pct),
-                        )
+                        point(m.rows.iter().find(|r| r.phase == phase && r.class == c).and_then(|r| r.p95_change_pct))
                     })
                     .collect(),
             })
@@ -372,18 +314,10 @@ fn fig6(file: &ExperimentFile, f: &Figures) -> Result<Option<FigureView>, Report
     }
     let phases: Vec<String> = CASCADE_PHASES[1..].iter().map(|p| p.to_string()).collect();
     let value = |m: &Rq3, c: Class, p: &str| {
-        point(
-            m.rows
-                .iter()
-                .find(|r| r.class == c && r.phase == p)
-                .and_then(|r| r.change_pct),
-        )
+        point(m.rows.iter().find(|r| r.class == c && r.phase == p).and_then(|r| r.change_pct))
     };
     let panel = |c: Class| BarPanel {
-        y_desc: format!(
-            "{} p95 change vs baseline (%)",
-            if c == Class::P { "Premium" } else { "Freemium" }
-        ),
+        y_desc: format!("{} p95 change vs baseline (%)", if c == Class::P { "Premium" } else { "Freemium" }),
         groups: phases.clone(),
         series: f
             .rq3

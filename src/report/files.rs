@@ -26,9 +26,27 @@ pub fn write_csv<T: Serialize>(path: &Path, rows: &[T], header: &[&str]) -> Resu
 pub mod columns {
     /// phases.csv
     pub const PHASES: &[&str] = &[
-        "phase", "start_s", "end_s", "survivors", "class", "completed", "goodput_qps", "retention", "p50_ms",
-        "p95_ms", "p99_ms", "inflation_p95", "sessions_ended", "lifetime_mean_s", "lifetime_p95_s", "errors",
-        "aborted_sessions", "cpu_mean", "cpu_cv", "rejected", "queued_ms_p95",
+        "phase",
+        "start_s",
+        "end_s",
+        "survivors",
+        "class",
+        "completed",
+        "goodput_qps",
+        "retention",
+        "p50_ms",
+        "p95_ms",
+        "p99_ms",
+        "inflation_p95",
+        "sessions_ended",
+        "lifetime_mean_s",
+        "lifetime_p95_s",
+        "errors",
+        "aborted_sessions",
+        "cpu_mean",
+        "cpu_cv",
+        "rejected",
+        "queued_ms_p95",
     ];
     /// timeseries.csv
     pub const SERIES: &[&str] = &["t_s", "class", "completed", "goodput_qps", "p95_ms", "active_sessions"];

@@ -310,7 +310,8 @@ fn time_end(s: &Summary, m: &RunMetrics, phases: &[PhaseRow]) -> f64 {
 
 fn title(s: &Summary) -> Title {
     let st = &s.settings;
-    let faults: Vec<String> = s.faults.iter().map(|f| format!("{} {} at {} s", f.action, replica_name(f.replica), secs(f.t_s))).collect();
+    let faults: Vec<String> =
+        s.faults.iter().map(|f| format!("{} {} at {} s", f.action, replica_name(f.replica), secs(f.t_s))).collect();
     let faults = if faults.is_empty() { st.faults.clone() } else { format!("{}: {}", st.faults, faults.join(" · ")) };
     Title {
         strategy: st.strategy.clone(),
@@ -367,7 +368,8 @@ fn environment(s: &Summary) -> Vec<Item> {
     let budget = Item {
         label: "CPU budget C per replica",
         value: format!("{} cores", sig3(e.cpu_budget_cores)),
-        alert: (!e.cpu_budget_enforced).then(|| "NOT ENFORCED: the budget was only modelled, replica capacity is not bounded by it".into()),
+        alert: (!e.cpu_budget_enforced)
+            .then(|| "NOT ENFORCED: the budget was only modelled, replica capacity is not bounded by it".into()),
     };
     vec![
         item("plbbench", e.plbbench_version.clone()),
@@ -447,16 +449,26 @@ const GOODPUT_CAPTION: &str = "Completed queries per second of each class (thin:
     a drop inside a red fault window is throughput lost to the failure, and the grey warm-up is excluded from every figure.";
 const P95_CAPTION: &str = "95th-percentile latency of the queries completed in each second, measured from their intended \
     start so stalls count; a rise inside a fault window is queueing on the survivors, and gaps are seconds without completions.";
-const CPU_CAPTION: &str = "CPU each replica used as a fraction of its budget C, per sample; the dashed line at 1.0 is the \
+const CPU_CAPTION: &str =
+    "CPU each replica used as a fraction of its budget C, per sample; the dashed line at 1.0 is the \
     budget, and a line stops while its replica is down or unmeasured.";
-const ROLES_CAPTION: &str = "Each lane is one replica, coloured by the role the router gave it (P, M, F); hatched grey \
+const ROLES_CAPTION: &str =
+    "Each lane is one replica, coloured by the role the router gave it (P, M, F); hatched grey \
     means the replica was down, and red dashed lines mark fault events.";
-const BARS_CAPTION: &str = "Each phase after the warm-up relative to the baseline: goodput retention (left, below 1 is lost \
+const BARS_CAPTION: &str =
+    "Each phase after the warm-up relative to the baseline: goodput retention (left, below 1 is lost \
     throughput) and p95 inflation (right, above 1 is slower service) for each class; the dashed line marks no change.";
 
 /// The five figures, in page order, with the caption that says how to read each.
-fn chart_views(s: &Summary, m: &RunMetrics, phases: &[PhaseRow], names: &[String], frame: &Frame) -> Result<Vec<ChartView>, ReportError> {
-    let view = |id, title, caption: String, svg: String| ChartView { id, title, caption, svg: Value::from_safe_string(svg) };
+fn chart_views(
+    s: &Summary,
+    m: &RunMetrics,
+    phases: &[PhaseRow],
+    names: &[String],
+    frame: &Frame,
+) -> Result<Vec<ChartView>, ReportError> {
+    let view =
+        |id, title, caption: String, svg: String| ChartView { id, title, caption, svg: Value::from_safe_string(svg) };
     let unenforced = if s.environment.cpu_budget_enforced {
         ""
     } else {
@@ -471,7 +483,12 @@ fn chart_views(s: &Summary, m: &RunMetrics, phases: &[PhaseRow], names: &[String
         view("goodput", "Goodput per class", GOODPUT_CAPTION.into(), charts::goodput(&m.timeseries, frame)?),
         view("p95", "p95 latency per class", P95_CAPTION.into(), charts::p95(&m.timeseries, frame)?),
         view("cpu", "CPU per replica", format!("{CPU_CAPTION}{unenforced}"), charts::cpu(&m.replicas, names, frame)?),
-        view("roles", "Replica roles over time", format!("{ROLES_CAPTION}{roles_note}"), charts::roles(&m.replicas, names, frame)?),
+        view(
+            "roles",
+            "Replica roles over time",
+            format!("{ROLES_CAPTION}{roles_note}"),
+            charts::roles(&m.replicas, names, frame)?,
+        ),
         view("phases", "Retention and inflation per phase", BARS_CAPTION.into(), charts::phase_bars(phases)?),
     ])
 }
@@ -536,8 +553,9 @@ fn accounting(accounts: &[Accounting], phases: &[PhaseRow]) -> Vec<AccountView> 
         .iter()
         .map(|a| {
             let rows = phases.iter().filter(|r| r.class == a.class);
-            let (ended, aborted, completed, failed) =
-                rows.fold((0, 0, 0, 0), |t, r| (t.0 + r.sessions_ended, t.1 + r.aborted_sessions, t.2 + r.completed, t.3 + r.errors));
+            let (ended, aborted, completed, failed) = rows.fold((0, 0, 0, 0), |t, r| {
+                (t.0 + r.sessions_ended, t.1 + r.aborted_sessions, t.2 + r.completed, t.3 + r.errors)
+            });
             let pairs = |v: &[(String, u64)]| v.iter().map(|(k, n)| (k.clone(), count(*n))).collect();
             AccountView {
                 class: a.class.to_string(),
@@ -564,8 +582,12 @@ mod tests {
     use crate::report::summary::{Environment, Settings};
 
     /// (name, start, end, survivors) of the synthetic run.
-    const PHASES: [(&str, f64, f64, usize); 4] =
-        [("warmup", 0.0, 60.0, 5), ("baseline", 60.0, 90.0, 5), ("down1", 90.0, 150.0, 4), ("rejoin1", 150.0, 200.0, 5)];
+    const PHASES: [(&str, f64, f64, usize); 4] = [
+        ("warmup", 0.0, 60.0, 5),
+        ("baseline", 60.0, 90.0, 5),
+        ("down1", 90.0, 150.0, 4),
+        ("rejoin1", 150.0, 200.0, 5),
+    ];
 
     fn phase_row(name: &str, start_s: f64, end_s: f64, survivors: usize, class: Class) -> PhaseRow {
         let hurt = if survivors < 5 { 0.8 } else { 1.0 };
@@ -607,7 +629,8 @@ mod tests {
                     (2, _) => Role::M,
                     _ => Role::F,
                 };
-                let cpu = (!down && t > 0).then(|| 0.5 + 0.1 * r as f64 + if (90..150).contains(&t) { 0.3 } else { 0.0 });
+                let cpu =
+                    (!down && t > 0).then(|| 0.5 + 0.1 * r as f64 + if (90..150).contains(&t) { 0.3 } else { 0.0 });
                 rows.push(ReplicaRow {
                     t_s: t as f64,
                     replica: replica_name(r),
@@ -627,11 +650,13 @@ mod tests {
     }
 
     fn synthetic(partial: bool, workload: &str) -> (Summary, RunMetrics) {
-        let phases: Vec<PhaseRow> = PHASES.iter().flat_map(|&(n, a, b, k)| Class::ALL.map(|c| phase_row(n, a, b, k, c))).collect();
+        let phases: Vec<PhaseRow> =
+            PHASES.iter().flat_map(|&(n, a, b, k)| Class::ALL.map(|c| phase_row(n, a, b, k, c))).collect();
         let timeseries = (0..200u32)
             .flat_map(|t| {
                 Class::ALL.map(|class| {
-                    let g = if class == Class::P { 20.0 } else { 60.0 } * if (90..150).contains(&t) { 0.8 } else { 1.0 };
+                    let g =
+                        if class == Class::P { 20.0 } else { 60.0 } * if (90..150).contains(&t) { 0.8 } else { 1.0 };
                     let gap = class == Class::F && (100..104).contains(&t);
                     let p95 = (!gap).then(|| if (90..100).contains(&t) { 900.0 } else { 80.0 });
                     SeriesRow { t_s: t, class, completed: g as u64, goodput_qps: g, p95_ms: p95, active_sessions: 10 }
@@ -877,7 +902,8 @@ mod tests {
         let (_, m) = synthetic(false, "w");
         let ev = event_views(&m.events);
         let delays: Vec<(&str, &str)> = ev.iter().map(|e| (e.kind.as_str(), e.delay.as_str())).collect();
-        let want = [("fault", "–"), ("detect", "500 ms"), ("role", "–"), ("fault", "–"), ("detect", "750 ms"), ("role", "–")];
+        let want =
+            [("fault", "–"), ("detect", "500 ms"), ("role", "–"), ("fault", "–"), ("detect", "750 ms"), ("role", "–")];
         assert_eq!(delays, want);
         // A detection without a fault of the same replica has no delay.
         let ev = event_views(&[event(1.0, "fault", "r2", ""), event(2.0, "detect", "r3", "")]);

@@ -4,5 +4,5 @@
 pub mod charts;
 pub mod experiment_html;
 pub mod files;
-pub mod summary;
 pub mod html;
+pub mod summary;

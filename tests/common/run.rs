@@ -123,15 +123,7 @@ impl<'a> Running<'a> {
     fn start_with(sb: &'a Sandbox, cluster: &str, faults: &str, args: &[&str], env: &[(&str, &str)]) -> Running<'a> {
         let file = |n: &str| Stdio::from(std::fs::File::create(sb.root.join(n)).unwrap());
         let child = Command::new(env!("CARGO_BIN_EXE_plbbench"))
-            .args([
-                "run",
-                "--cluster",
-                cluster,
-                "--strategy",
-                "plb",
-                "-q",
-                "--faults",
-            ])
+            .args(["run", "--cluster", cluster, "--strategy", "plb", "-q", "--faults"])
             .arg(faults)
             .arg("--out")
             .arg(sb.out())
@@ -143,12 +135,7 @@ impl<'a> Running<'a> {
             .stderr(file("stderr.txt"))
             .spawn()
             .unwrap();
-        Running {
-            sb,
-            child,
-            started: Instant::now(),
-            seen: Observed::default(),
-        }
+        Running { sb, child, started: Instant::now(), seen: Observed::default() }
     }
 
     pub fn pid(&self) -> Pid {
@@ -165,23 +152,14 @@ impl<'a> Running<'a> {
                 if let Some(p) = v["password"].as_str() {
                     self.seen.password = Some(p.to_string());
                 }
-                let ports = v["replicas"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|r| r["port"].as_u64());
+                let ports = v["replicas"].as_array().into_iter().flatten().filter_map(|r| r["port"].as_u64());
                 self.seen.ports = ports.map(|p| p as u16).collect();
             }
         }
         if self.seen.replicas_up.is_none() {
-            let datas: Vec<String> = (1..=K)
-                .map(|r| run.join(format!("r{r}/data")).display().to_string())
-                .collect();
+            let datas: Vec<String> = (1..=K).map(|r| run.join(format!("r{r}/data")).display().to_string()).collect();
             let cmds: Vec<String> = processes().into_iter().map(|p| p.1).collect();
-            if datas
-                .iter()
-                .all(|d| cmds.iter().any(|c| c.contains(&format!("-D {d} "))))
-            {
+            if datas.iter().all(|d| cmds.iter().any(|c| c.contains(&format!("-D {d} ")))) {
                 self.seen.replicas_up = Some(Instant::now());
             }
         }
@@ -189,11 +167,7 @@ impl<'a> Running<'a> {
 
     /// Polls until `until` holds (`None`) or the child exits (its status);
     /// kills the child and fails once `limit` has passed since its start.
-    pub fn poll(
-        &mut self,
-        limit: Duration,
-        until: impl Fn(&Observed) -> bool,
-    ) -> Option<ExitStatus> {
+    pub fn poll(&mut self, limit: Duration, until: impl Fn(&Observed) -> bool) -> Option<ExitStatus> {
         loop {
             self.observe();
             if let Some(st) = self.child.try_wait().unwrap() {
@@ -205,10 +179,7 @@ impl<'a> Running<'a> {
             if self.started.elapsed() > limit {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
-                panic!(
-                    "plbbench run still going after {limit:?}; killed. stderr:\n{}",
-                    self.sb.stderr()
-                );
+                panic!("plbbench run still going after {limit:?}; killed. stderr:\n{}", self.sb.stderr());
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -230,15 +201,9 @@ pub fn cgroup_dirs(state: &Value) -> Vec<PathBuf> {
             out.push(PathBuf::from(s));
         }
     };
-    cg["parents"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .for_each(&mut push);
+    cg["parents"].as_array().into_iter().flatten().for_each(&mut push);
     for r in cg["replicas"].as_array().into_iter().flatten() {
-        ["cpu", "cpuacct", "freezer"]
-            .iter()
-            .for_each(|k| push(&r[*k]));
+        ["cpu", "cpuacct", "freezer"].iter().for_each(|k| push(&r[*k]));
     }
     out
 }
@@ -298,43 +263,21 @@ pub fn cgroups_named(name: &str) -> Vec<PathBuf> {
 pub fn assert_cleaned_up(sb: &Sandbox, seen: &Observed, budget_enforced: bool) {
     let left = processes_in(&sb.root);
     assert!(left.is_empty(), "processes left running: {left:?}");
-    assert!(
-        !sb.run_dir().exists(),
-        "{} left behind",
-        sb.run_dir().display()
-    );
-    assert!(
-        !sb.state_dir().exists(),
-        "{} was created",
-        sb.state_dir().display()
-    );
-    assert_eq!(
-        !seen.cgroups.is_empty(),
-        budget_enforced,
-        "cgroups seen {:?} vs cpu_budget_enforced",
-        seen.cgroups
-    );
+    assert!(!sb.run_dir().exists(), "{} left behind", sb.run_dir().display());
+    assert!(!sb.state_dir().exists(), "{} was created", sb.state_dir().display());
+    assert_eq!(!seen.cgroups.is_empty(), budget_enforced, "cgroups seen {:?} vs cpu_budget_enforced", seen.cgroups);
     let ids: BTreeSet<String> = seen
         .cgroups
         .iter()
         .flat_map(|p| p.iter().map(|c| c.to_string_lossy().into_owned()))
         .filter(|c| c.starts_with("plbbench-"))
         .collect();
-    assert_eq!(
-        ids.is_empty(),
-        seen.cgroups.is_empty(),
-        "cgroups not named plbbench-<id>: {:?}",
-        seen.cgroups
-    );
+    assert_eq!(ids.is_empty(), seen.cgroups.is_empty(), "cgroups not named plbbench-<id>: {:?}", seen.cgroups);
     for g in &seen.cgroups {
         assert!(!g.exists(), "cgroup {} left behind", g.display());
     }
     for id in &ids {
-        assert!(
-            cgroups_named(id).is_empty(),
-            "cgroup {id} left behind: {:?}",
-            cgroups_named(id)
-        );
+        assert!(cgroups_named(id).is_empty(), "cgroup {id} left behind: {:?}", cgroups_named(id));
     }
 }
 
@@ -394,43 +337,10 @@ pub const CONTRACT: &[(&str, &[&str])] = &[
             "queued_ms_p95",
         ],
     ),
-    (
-        "timeseries.csv",
-        &[
-            "t_s",
-            "class",
-            "completed",
-            "goodput_qps",
-            "p95_ms",
-            "active_sessions",
-        ],
-    ),
-    (
-        "replicas.csv",
-        &[
-            "t_s",
-            "replica",
-            "up",
-            "role",
-            "cpu_fraction",
-            "active_p",
-            "active_f",
-        ],
-    ),
+    ("timeseries.csv", &["t_s", "class", "completed", "goodput_qps", "p95_ms", "active_sessions"]),
+    ("replicas.csv", &["t_s", "replica", "up", "role", "cpu_fraction", "active_p", "active_f"]),
     ("events.csv", &["t_s", "kind", "replica", "detail"]),
-    (
-        "queries.csv",
-        &[
-            "session",
-            "class",
-            "replica",
-            "intended_us",
-            "start_us",
-            "end_us",
-            "ok",
-            "error",
-        ],
-    ),
+    ("queries.csv", &["session", "class", "replica", "intended_us", "start_us", "end_us", "ok", "error"]),
 ];
 
 pub fn read_csv(dir: &Path, name: &str) -> Vec<Row> {
@@ -438,10 +348,7 @@ pub fn read_csv(dir: &Path, name: &str) -> Vec<Row> {
     let mut r = csv::Reader::from_path(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let header: Vec<String> = r.headers().unwrap().iter().map(String::from).collect();
     let want = CONTRACT.iter().find(|c| c.0 == name).expect("contract").1;
-    assert!(
-        header.len() >= want.len() && header[..want.len()] == *want,
-        "{name} columns: {header:?}"
-    );
+    assert!(header.len() >= want.len() && header[..want.len()] == *want, "{name} columns: {header:?}");
     r.deserialize().map(|row| row.unwrap()).collect()
 }
 
@@ -457,36 +364,21 @@ pub fn cpu_mean(replicas: &[Row], replica: &str, from: f64, to: f64) -> f64 {
 }
 
 pub fn num(row: &Row, col: &str) -> f64 {
-    row[col]
-        .parse()
-        .unwrap_or_else(|_| panic!("{col}={:?} in {row:?}", row[col]))
+    row[col].parse().unwrap_or_else(|_| panic!("{col}={:?} in {row:?}", row[col]))
 }
 
 impl Folder {
     /// Reads the folder; every file of the contract must be there and
     /// non-empty (`queries.csv` because every run here uses `--raw`).
     pub fn read(dir: &Path) -> Folder {
-        for f in [
-            "report.html",
-            "summary.json",
-            "config.toml",
-            "phases.csv",
-            "timeseries.csv",
-            "replicas.csv",
-        ] {
+        for f in ["report.html", "summary.json", "config.toml", "phases.csv", "timeseries.csv", "replicas.csv"] {
             let len = std::fs::metadata(dir.join(f)).map(|m| m.len()).unwrap_or(0);
             assert!(len > 0, "{f} missing or empty in {}", dir.display());
         }
         let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
-        assert!(
-            html.contains("<svg") && html.trim_end().ends_with("</html>"),
-            "report.html is not a whole page"
-        );
-        toml::from_str::<toml::Value>(&std::fs::read_to_string(dir.join("config.toml")).unwrap())
-            .expect("config.toml");
-        let summary: Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap())
-                .unwrap();
+        assert!(html.contains("<svg") && html.trim_end().ends_with("</html>"), "report.html is not a whole page");
+        toml::from_str::<toml::Value>(&std::fs::read_to_string(dir.join("config.toml")).unwrap()).expect("config.toml");
+        let summary: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
         let us = |r: &Row, c: &str| num(r, c) / 1e6;
         let queries = read_csv(dir, "queries.csv")
             .iter()
@@ -513,9 +405,7 @@ impl Folder {
 
     pub fn account(&self, class: &str) -> &Value {
         let a = self.summary["accounting"].as_array().expect("accounting");
-        a.iter()
-            .find(|x| x["class"] == class)
-            .unwrap_or_else(|| panic!("no accounting for {class}"))
+        a.iter().find(|x| x["class"] == class).unwrap_or_else(|| panic!("no accounting for {class}"))
     }
 
     /// `(t_s, detail)` of events of `kind` on `replica` (`""` for none).
@@ -534,54 +424,20 @@ impl Folder {
 pub fn assert_consistent(f: &Folder) {
     for class in ["P", "F"] {
         let sum = |rows: &[Row], col: &str| -> u64 {
-            rows.iter()
-                .filter(|r| r["class"] == class)
-                .map(|r| r[col].parse::<u64>().unwrap())
-                .sum()
+            rows.iter().filter(|r| r["class"] == class).map(|r| r[col].parse::<u64>().unwrap()).sum()
         };
         let completed = sum(&f.phases, "completed");
-        assert_eq!(
-            completed,
-            sum(&f.series, "completed"),
-            "class {class}: phases.csv vs timeseries.csv"
-        );
-        let ok = f
-            .queries
-            .iter()
-            .filter(|q| q.class == class && q.ok)
-            .count() as u64;
-        let failed = f
-            .queries
-            .iter()
-            .filter(|q| q.class == class && !q.ok)
-            .count() as u64;
-        assert_eq!(
-            (completed, sum(&f.phases, "errors")),
-            (ok, failed),
-            "class {class}: phases.csv vs queries.csv"
-        );
+        assert_eq!(completed, sum(&f.series, "completed"), "class {class}: phases.csv vs timeseries.csv");
+        let ok = f.queries.iter().filter(|q| q.class == class && q.ok).count() as u64;
+        let failed = f.queries.iter().filter(|q| q.class == class && !q.ok).count() as u64;
+        assert_eq!((completed, sum(&f.phases, "errors")), (ok, failed), "class {class}: phases.csv vs queries.csv");
         let a = f.account(class);
         let started = a["sessions_started"].as_u64().unwrap();
         let in_flight = a["sessions_in_flight"].as_u64().unwrap();
-        let (ended, aborted) = (
-            sum(&f.phases, "sessions_ended"),
-            sum(&f.phases, "aborted_sessions"),
-        );
-        assert_eq!(
-            started,
-            ended + aborted + in_flight,
-            "class {class}: started vs ended + aborted + in flight"
-        );
-        let abort_total: u64 = a["aborts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x[1].as_u64().unwrap())
-            .sum();
-        assert_eq!(
-            abort_total, aborted,
-            "class {class}: summary aborts vs phases.csv"
-        );
+        let (ended, aborted) = (sum(&f.phases, "sessions_ended"), sum(&f.phases, "aborted_sessions"));
+        assert_eq!(started, ended + aborted + in_flight, "class {class}: started vs ended + aborted + in flight");
+        let abort_total: u64 = a["aborts"].as_array().unwrap().iter().map(|x| x[1].as_u64().unwrap()).sum();
+        assert_eq!(abort_total, aborted, "class {class}: summary aborts vs phases.csv");
     }
 }
 
@@ -593,29 +449,15 @@ pub fn assert_sessions_well_formed(queries: &[Query]) {
     for q in queries {
         by_session.entry(q.session).or_default().push(q);
         assert_eq!(q.ok, q.error.is_empty(), "{q:?}");
-        assert!(
-            q.intended <= q.start + 1e-6 && q.start <= q.end,
-            "times out of order: {q:?}"
-        );
+        assert!(q.intended <= q.start + 1e-6 && q.start <= q.end, "times out of order: {q:?}");
     }
     for (s, mut qs) in by_session {
         qs.sort_by(|a, b| a.start.total_cmp(&b.start));
-        assert!(
-            qs.iter()
-                .all(|q| q.class == qs[0].class && q.replica == qs[0].replica),
-            "session {s} moved: {qs:?}"
-        );
+        assert!(qs.iter().all(|q| q.class == qs[0].class && q.replica == qs[0].replica), "session {s} moved: {qs:?}");
         for w in qs.windows(2) {
-            assert!(
-                w[1].start >= w[0].end - 1e-6,
-                "session {s}: overlapping or repeated queries {:?}",
-                w
-            );
+            assert!(w[1].start >= w[0].end - 1e-6, "session {s}: overlapping or repeated queries {:?}", w);
         }
-        assert!(
-            qs[..qs.len() - 1].iter().all(|q| q.ok),
-            "session {s} went on after a failed query: {qs:?}"
-        );
+        assert!(qs[..qs.len() - 1].iter().all(|q| q.ok), "session {s} went on after a failed query: {qs:?}");
     }
 }
 
@@ -632,8 +474,7 @@ pub fn listeners(port: u16) -> Vec<String> {
                 .filter_map(|l| {
                     let cols: Vec<&str> = l.split_whitespace().collect();
                     // st 0A = LISTEN
-                    (cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A")
-                        .then(|| cols[1].to_string())
+                    (cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A").then(|| cols[1].to_string())
                 })
                 .collect::<Vec<_>>()
         })

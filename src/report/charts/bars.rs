@@ -4,10 +4,7 @@
 //! quartile, so the reader sees the spread the median hides. Values may be
 //! negative (percent changes): the axis then spans zero, which is drawn.
 
-use super::{
-    builder, legend, pin, render, split, text_style, tick, top, ChartError, DrawErr, Swatch, FONT,
-    INK,
-};
+use super::{builder, legend, pin, render, split, text_style, tick, top, ChartError, DrawErr, Swatch, FONT, INK};
 use crate::stats::Spread;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
@@ -50,22 +47,14 @@ pub fn spread_bars(chart: &'static str, panels: &[BarPanel]) -> Result<String, C
         let w = plot.dim_in_pixel().0 / n;
         let mut rest = plot;
         for (i, p) in panels.iter().enumerate() {
-            let (here, next) = if i + 1 < panels.len() {
-                rest.split_horizontally(w)
-            } else {
-                (rest.clone(), rest.clone())
-            };
+            let (here, next) =
+                if i + 1 < panels.len() { rest.split_horizontally(w) } else { (rest.clone(), rest.clone()) };
             panel(&here, p)?;
             rest = next;
         }
         let mut entries: Vec<(Swatch, String)> = panels
             .first()
-            .map(|p| {
-                p.series
-                    .iter()
-                    .map(|s| (Swatch::Fill(s.colour, 1.0), s.label.clone()))
-                    .collect()
-            })
+            .map(|p| p.series.iter().map(|s| (Swatch::Fill(s.colour, 1.0), s.label.clone())).collect())
             .unwrap_or_default();
         entries.push((Swatch::Line(INK), "interquartile range".into()));
         legend(&side, &entries)
@@ -74,16 +63,8 @@ pub fn spread_bars(chart: &'static str, panels: &[BarPanel]) -> Result<String, C
 
 /// The y range of a panel: spans zero, the whiskers and the reference.
 fn y_range(p: &BarPanel) -> (f64, f64) {
-    let values = p
-        .series
-        .iter()
-        .flat_map(|s| s.values.iter().flatten())
-        .flat_map(|v| [v.median, v.q1, v.q3])
-        .flatten();
-    let values: Vec<f64> = values
-        .chain(p.reference)
-        .filter(|v| v.is_finite())
-        .collect();
+    let values = p.series.iter().flat_map(|s| s.values.iter().flatten()).flat_map(|v| [v.median, v.q1, v.q3]).flatten();
+    let values: Vec<f64> = values.chain(p.reference).filter(|v| v.is_finite()).collect();
     let hi = top(values.iter().copied(), 0.0);
     let lo = values.iter().copied().fold(0.0, f64::min) * 1.12;
     if hi - lo <= 0.0 {
@@ -93,10 +74,7 @@ fn y_range(p: &BarPanel) -> (f64, f64) {
     }
 }
 
-fn panel(
-    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
-    p: &BarPanel,
-) -> Result<(), DrawErr> {
+fn panel(area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>, p: &BarPanel) -> Result<(), DrawErr> {
     let g = p.groups.len().max(1) as f64;
     let (lo, hi) = y_range(p);
     let mut chart = builder(area).build_cartesian_2d(0.0..g, lo..hi)?;
@@ -112,75 +90,39 @@ fn panel(
         .light_line_style(RGBColor(0xf4, 0xf4, 0xf4))
         .draw()?;
     if lo < 0.0 {
-        chart.draw_series(LineSeries::new(
-            vec![(0.0, 0.0), (g, 0.0)],
-            INK.stroke_width(1),
-        ))?;
+        chart.draw_series(LineSeries::new(vec![(0.0, 0.0), (g, 0.0)], INK.stroke_width(1)))?;
     }
     if let Some(r) = p.reference {
-        chart.draw_series(DashedLineSeries::new(
-            vec![(0.0, r), (g, r)],
-            8,
-            5,
-            INK.stroke_width(1),
-        ))?;
+        chart.draw_series(DashedLineSeries::new(vec![(0.0, r), (g, r)], 8, 5, INK.stroke_width(1)))?;
     }
     let k = p.series.len().max(1) as f64;
     let slot = 0.8 / k;
     for (i, name) in p.groups.iter().enumerate() {
         let x = i as f64;
         let at = chart.backend_coord(&(x + 0.5, lo));
-        pin(
-            area,
-            at,
-            (0, 8),
-            name.clone(),
-            text_style(13, INK, HPos::Center, VPos::Top),
-        )?;
+        pin(area, at, (0, 8), name.clone(), text_style(13, INK, HPos::Center, VPos::Top))?;
         for (j, s) in p.series.iter().enumerate() {
             let x0 = x + 0.1 + j as f64 * slot;
             let (x1, mid) = (x0 + slot * 0.92, x0 + slot * 0.46);
             let v = s.values.get(i).cloned().flatten();
             let median = v.as_ref().and_then(|v| v.median);
             if let Some(m) = median {
-                chart.draw_series(std::iter::once(Rectangle::new(
-                    [(x0, 0.0), (x1, m)],
-                    s.colour.filled(),
-                )))?;
+                chart.draw_series(std::iter::once(Rectangle::new([(x0, 0.0), (x1, m)], s.colour.filled())))?;
             }
-            if let Some((q1, q3)) = v
-                .as_ref()
-                .and_then(|v| v.q1.zip(v.q3))
-                .filter(|(a, b)| b > a)
-            {
+            if let Some((q1, q3)) = v.as_ref().and_then(|v| v.q1.zip(v.q3)).filter(|(a, b)| b > a) {
                 let cap = slot * 0.18;
                 let lines = [
                     vec![(mid, q1), (mid, q3)],
                     vec![(mid - cap, q1), (mid + cap, q1)],
                     vec![(mid - cap, q3), (mid + cap, q3)],
                 ];
-                chart.draw_series(
-                    lines
-                        .into_iter()
-                        .map(|l| PathElement::new(l, INK.stroke_width(1))),
-                )?;
+                chart.draw_series(lines.into_iter().map(|l| PathElement::new(l, INK.stroke_width(1))))?;
             }
             let text = median.map_or("n/a".to_string(), super::sig3);
-            let y = median.map_or(0.0, |m| {
-                if m < 0.0 {
-                    m
-                } else {
-                    m.max(v.as_ref().and_then(|v| v.q3).unwrap_or(m))
-                }
-            });
+            let y = median.map_or(0.0, |m| if m < 0.0 { m } else { m.max(v.as_ref().and_then(|v| v.q3).unwrap_or(m)) });
             let below = median.is_some_and(|m| m < 0.0);
-            let (vpos, dy) = if below {
-                (VPos::Top, 3)
-            } else {
-                (VPos::Bottom, -3)
-            };
-            let label = EmptyElement::at((mid, y))
-                + Text::new(text, (0, dy), text_style(11, INK, HPos::Center, vpos));
+            let (vpos, dy) = if below { (VPos::Top, 3) } else { (VPos::Bottom, -3) };
+            let label = EmptyElement::at((mid, y)) + Text::new(text, (0, dy), text_style(11, INK, HPos::Center, vpos));
             chart.draw_series(std::iter::once(label))?;
         }
     }
@@ -192,33 +134,21 @@ mod tests {
     use super::*;
 
     fn spread(m: f64, q1: f64, q3: f64) -> Option<Spread> {
-        Some(Spread {
-            n: 3,
-            median: Some(m),
-            q1: Some(q1),
-            q3: Some(q3),
-        })
+        Some(Spread { n: 3, median: Some(m), q1: Some(q1), q3: Some(q3) })
     }
 
     fn panel_of(values: Vec<Option<Spread>>) -> BarPanel {
         BarPanel {
             y_desc: "p95 change (%)".into(),
             groups: vec!["down1".into(), "down2".into()],
-            series: vec![BarSeries {
-                label: "Premium".into(),
-                colour: super::super::PREMIUM,
-                values,
-            }],
+            series: vec![BarSeries { label: "Premium".into(), colour: super::super::PREMIUM, values }],
             reference: None,
         }
     }
 
     #[test]
     fn the_axis_spans_zero_and_every_whisker() {
-        let (lo, hi) = y_range(&panel_of(vec![
-            spread(-20.0, -30.0, -5.0),
-            spread(10.0, 5.0, 40.0),
-        ]));
+        let (lo, hi) = y_range(&panel_of(vec![spread(-20.0, -30.0, -5.0), spread(10.0, 5.0, 40.0)]));
         assert!(lo <= -30.0 && hi >= 40.0, "{lo}..{hi}");
         let (lo, hi) = y_range(&panel_of(vec![spread(2.0, 1.0, 3.0), None]));
         assert!(lo == 0.0 && hi >= 3.0, "{lo}..{hi}");
@@ -229,16 +159,7 @@ mod tests {
     fn texts(svg: &str) -> Vec<String> {
         svg.split("<text")
             .skip(1)
-            .filter_map(|t| {
-                Some(
-                    t.split_once('>')?
-                        .1
-                        .split_once("</text>")?
-                        .0
-                        .trim()
-                        .to_string(),
-                )
-            })
+            .filter_map(|t| Some(t.split_once('>')?.1.split_once("</text>")?.0.trim().to_string()))
             .collect()
     }
 
@@ -246,29 +167,14 @@ mod tests {
     fn draws_every_bar_whisker_and_missing_value() {
         let svg = spread_bars("test", &[panel_of(vec![spread(-20.0, -30.0, -5.0), None])]).unwrap();
         let t = texts(&svg);
-        for want in [
-            "n/a",
-            "-20.0",
-            "down1",
-            "down2",
-            "interquartile range",
-            "Premium",
-        ] {
+        for want in ["n/a", "-20.0", "down1", "down2", "interquartile range", "Premium"] {
             assert!(t.iter().any(|x| x == want), "no text {want:?} in {t:?}");
         }
         // The whisker and its two caps: three thin ink paths more than the
         // same chart without quartiles (the rest is the zero line).
         let bare = spread_bars(
             "test",
-            &[panel_of(vec![
-                Some(Spread {
-                    n: 1,
-                    median: Some(-20.0),
-                    q1: None,
-                    q3: None,
-                }),
-                None,
-            ])],
+            &[panel_of(vec![Some(Spread { n: 1, median: Some(-20.0), q1: None, q3: None }), None])],
         )
         .unwrap();
         let paths = |s: &str| s.matches(r##"stroke="#333333" stroke-width="1""##).count();

@@ -63,7 +63,13 @@ pub fn roles(replicas: &[ReplicaRow], names: &[String], frame: &Frame) -> Result
     })
 }
 
-fn lanes(root: &Area<'_>, plot: &Area<'_>, replicas: &[ReplicaRow], names: &[String], frame: &Frame) -> Result<(), DrawErr> {
+fn lanes(
+    root: &Area<'_>,
+    plot: &Area<'_>,
+    replicas: &[ReplicaRow],
+    names: &[String],
+    frame: &Frame,
+) -> Result<(), DrawErr> {
     let k = names.len().max(1) as f64;
     let mut chart = super::builder(plot).build_cartesian_2d(0.0..frame.t_end, 0.0..k)?;
     chart
@@ -81,13 +87,21 @@ fn lanes(root: &Area<'_>, plot: &Area<'_>, replicas: &[ReplicaRow], names: &[Str
     for (i, name) in names.iter().enumerate() {
         // r1 on top: lane i spans [k - 1 - i, k - i] on the y axis.
         let y = k - 1.0 - i as f64;
-        pin(root, chart.backend_coord(&(0.0, y + 0.5)), (-8, 0), name.clone(), text_style(13, INK, HPos::Right, VPos::Center))?;
+        pin(
+            root,
+            chart.backend_coord(&(0.0, y + 0.5)),
+            (-8, 0),
+            name.clone(),
+            text_style(13, INK, HPos::Right, VPos::Center),
+        )?;
         let rows: Vec<&ReplicaRow> = replicas.iter().filter(|r| &r.replica == name).collect();
         for (from, to, state) in intervals(&rows, frame.t_end) {
             let (a, b) = (chart.backend_coord(&(from, y + 1.0)), chart.backend_coord(&(to, y)));
             let (top, bottom) = (a.1 + 6, b.1 - 6);
             match state {
-                State::Up(role) => root.draw(&Rectangle::new([(a.0, top), (b.0, bottom)], role_colour(role).filled()))?,
+                State::Up(role) => {
+                    root.draw(&Rectangle::new([(a.0, top), (b.0, bottom)], role_colour(role).filled()))?
+                }
                 State::Down => hatch(root, (a.0, top), (b.0.max(a.0 + 1), bottom))?,
             }
         }
@@ -112,12 +126,22 @@ mod tests {
 
     #[test]
     fn samples_merge_into_intervals() {
-        let rows =
-            [row(2.0, true, Role::M), row(0.0, true, Role::P), row(1.0, true, Role::P), row(3.0, false, Role::M), row(4.0, true, Role::M)];
+        let rows = [
+            row(2.0, true, Role::M),
+            row(0.0, true, Role::P),
+            row(1.0, true, Role::P),
+            row(3.0, false, Role::M),
+            row(4.0, true, Role::M),
+        ];
         let refs: Vec<&ReplicaRow> = rows.iter().collect();
         assert_eq!(
             intervals(&refs, 6.0),
-            vec![(0.0, 2.0, State::Up(Role::P)), (2.0, 3.0, State::Up(Role::M)), (3.0, 4.0, State::Down), (4.0, 6.0, State::Up(Role::M))]
+            vec![
+                (0.0, 2.0, State::Up(Role::P)),
+                (2.0, 3.0, State::Up(Role::M)),
+                (3.0, 4.0, State::Down),
+                (4.0, 6.0, State::Up(Role::M))
+            ]
         );
     }
 }
