@@ -16,5 +16,6 @@ pub mod roles;
 pub mod router;
 pub mod saturation;
 pub mod schedule;
+pub mod validity;
 pub mod watch;
 pub mod workload;

@@ -14,6 +14,9 @@ use std::collections::BTreeMap;
 /// so that every query belongs to exactly one phase.
 pub const WARMUP: &str = "warmup";
 
+/// Name of the steady window before the first fault.
+pub const BASELINE: &str = "baseline";
+
 /// One phase of a run.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Phase {
@@ -41,7 +44,7 @@ pub fn cut(events: &[FaultEvent], replicas: usize, ramp_s: f64, baseline_s: f64,
     let mut phases = vec![
         Phase { name: WARMUP.into(), start_s: 0.0, end_s: first, survivors: replicas },
         Phase {
-            name: "baseline".into(),
+            name: BASELINE.into(),
             start_s: first,
             end_s: events.first().map_or(duration_s, |e| e.t_s),
             survivors: replicas,
@@ -71,7 +74,7 @@ pub fn cut(events: &[FaultEvent], replicas: usize, ramp_s: f64, baseline_s: f64,
         let end_s = events.get(i).map_or(duration_s, |e| e.t_s);
         phases.push(Phase { name, start_s: t, end_s, survivors: up });
     }
-    phases.retain(|p| p.end_s > p.start_s || p.name == "baseline");
+    phases.retain(|p| p.end_s > p.start_s || p.name == BASELINE);
     phases
 }
 

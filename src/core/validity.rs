@@ -1,0 +1,228 @@
+//! Run validity (design.md §4): every run judges its own health, so a number
+//! from an unhealthy run is never shown as if it were fine. The checks are
+//! pure functions of the run's per-phase books and per-second p95 series;
+//! the run command prints them, writes them to summary.json and report.html,
+//! and fails the run (exit 1) unless the user downgrades them to warnings.
+//!
+//! The rules and their stated principles:
+//! - **Baseline steady.** A steady baseline has no queue that grows: its
+//!   p95 does not trend, and no session aborts on a time-out (connect or
+//!   query). The trend is the Theil-Sen slope of the per-second p95 times
+//!   the window, relative to the window's median p95; a rise above
+//!   [`Limits::trend`] of the median and above [`Limits::trend_floor_ms`]
+//!   (timer and scheduling noise) fails.
+//! - **Time-outs per phase.** A fault kills sessions on the failed replica
+//!   (`connection lost`, `connect refused`): that is the fault's effect and
+//!   is not counted. Time-outs are the clients giving up on an overloaded
+//!   replica: above [`Limits::timeout_share`] of a class's sessions in a
+//!   phase, the phase measures client time-out artefacts, not capacity.
+//! - **Phase length.** A phase shorter than a typical session mixes
+//!   sessions placed before and after its change.
+
+use crate::core::model::Class;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The thresholds of the checks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Limits {
+    /// Largest relative p95 rise across the baseline window (default 0.5).
+    pub trend: f64,
+    /// Smallest absolute rise, ms, that can fail the trend rule (default 50).
+    pub trend_floor_ms: f64,
+    /// Largest share of a class's sessions in a phase that may end on a
+    /// time-out (default 0.01).
+    pub timeout_share: f64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { trend: 0.5, trend_floor_ms: 50.0, timeout_share: 0.01 }
+    }
+}
+
+/// Which check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CheckKind {
+    /// The baseline is steady (no p95 trend, no time-out).
+    BaselineSteady,
+    /// No phase has more time-outs than the stated share.
+    Timeouts,
+    /// No phase is shorter than a typical session.
+    PhaseLength,
+}
+
+impl fmt::Display for CheckKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CheckKind::BaselineSteady => "baseline steady",
+            CheckKind::Timeouts => "time-outs",
+            CheckKind::PhaseLength => "phase length",
+        })
+    }
+}
+
+/// One check's outcome.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Check {
+    /// Which check.
+    pub kind: CheckKind,
+    /// Whether it holds.
+    pub ok: bool,
+    /// What was found, one line.
+    pub detail: String,
+}
+
+/// The books of one class in one phase, as the checks need them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PhaseBooks {
+    /// Phase name.
+    pub phase: String,
+    /// Class.
+    pub class: Class,
+    /// Phase length, seconds.
+    pub len_s: f64,
+    /// Sessions that ended in the phase (completed or aborted).
+    pub sessions: u64,
+    /// Of them, sessions aborted on a connect or query time-out.
+    pub timeouts: u64,
+}
+
+/// The relative p95 rise across a window of per-second p95 values: the
+/// Theil-Sen slope times the window, over the median. `None` with fewer
+/// than 3 values or a zero median.
+pub fn trend(p95_ms: &[f64]) -> Option<(f64, f64)> {
+    let n = p95_ms.len();
+    if n < 3 {
+        return None;
+    }
+    let mut slopes = Vec::with_capacity(n * (n - 1) / 2);
+    for i in 0..n {
+        for j in i + 1..n {
+            slopes.push((p95_ms[j] - p95_ms[i]) / (j - i) as f64);
+        }
+    }
+    let rise = median(&mut slopes) * (n - 1) as f64;
+    let mut values = p95_ms.to_vec();
+    let med = median(&mut values);
+    (med > 0.0).then_some((rise, rise / med))
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// The baseline check of one class: `p95_ms` per second in the window and
+/// the class's baseline books.
+fn baseline(limits: &Limits, p95_ms: &[f64], books: &PhaseBooks) -> Option<String> {
+    if books.timeouts > 0 {
+        return Some(format!("{}: {} of {} sessions timed out", books.class, books.timeouts, books.sessions));
+    }
+    let (rise, rel) = trend(p95_ms)?;
+    (rise > limits.trend_floor_ms && rel > limits.trend).then(|| {
+        format!("{}: p95 rose {rise:.0} ms across the window ({:.0}% of its median)", books.class, rel * 100.0)
+    })
+}
+
+/// Judges a run. `baseline_p95` holds each class's per-second p95 in the
+/// baseline window (seconds with no completed query left out), `books`
+/// every non-warmup phase and class, `session_s` a typical session's length.
+pub fn judge(limits: &Limits, baseline_p95: [&[f64]; 2], books: &[PhaseBooks], session_s: f64) -> Vec<Check> {
+    let base = books.iter().filter(|b| b.phase == crate::core::phases::BASELINE);
+    let unsteady: Vec<String> = base.filter_map(|b| baseline(limits, baseline_p95[b.class.idx()], b)).collect();
+    let timeouts: Vec<String> = books
+        .iter()
+        .filter(|b| b.sessions > 0 && b.timeouts as f64 > limits.timeout_share * b.sessions as f64)
+        .map(|b| format!("{} {}: {} of {} sessions", b.phase, b.class, b.timeouts, b.sessions))
+        .collect();
+    let mut short: Vec<&str> = books.iter().filter(|b| b.len_s < session_s).map(|b| b.phase.as_str()).collect();
+    short.dedup();
+    vec![
+        check(CheckKind::BaselineSteady, &unsteady, "no p95 trend and no time-out".into()),
+        check(
+            CheckKind::Timeouts,
+            &timeouts,
+            format!("at most {:.0}% of each class's sessions per phase", limits.timeout_share * 100.0),
+        ),
+        check(
+            CheckKind::PhaseLength,
+            &short.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            format!("every phase at least a typical session ({session_s:.1} s)"),
+        ),
+    ]
+}
+
+fn check(kind: CheckKind, failures: &[String], ok_detail: String) -> Check {
+    match failures {
+        [] => Check { kind, ok: true, detail: ok_detail },
+        _ => Check { kind, ok: false, detail: failures.join("; ") },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn books(phase: &str, class: Class, sessions: u64, timeouts: u64) -> PhaseBooks {
+        PhaseBooks { phase: phase.into(), class, len_s: 30.0, sessions, timeouts }
+    }
+
+    #[test]
+    fn trend_is_robust_to_one_outlier_and_sees_a_ramp() {
+        let flat: Vec<f64> = (0..30).map(|i| if i == 7 { 900.0 } else { 40.0 }).collect();
+        assert_eq!(trend(&flat).map(|t| t.0), Some(0.0));
+        let ramp: Vec<f64> = (0..30).map(|i| 100.0 + 10.0 * i as f64).collect();
+        let (rise, rel) = trend(&ramp).unwrap();
+        assert!((rise - 290.0).abs() < 1e-9 && (rel - 290.0 / 245.0).abs() < 1e-9, "{rise} {rel}");
+        assert_eq!(trend(&[1.0, 2.0]), None);
+    }
+
+    #[test]
+    fn table() {
+        let l = Limits::default();
+        let flat = vec![40.0; 30];
+        let ramp: Vec<f64> = (0..30).map(|i| 100.0 + 10.0 * i as f64).collect();
+        let small_ramp: Vec<f64> = (0..30).map(|i| 10.0 + i as f64).collect();
+        // (P p95, F p95, books, session_s, expected ok per check)
+        let cases: Vec<(&[f64], &[f64], Vec<PhaseBooks>, f64, [bool; 3])> = vec![
+            (
+                &flat,
+                &flat,
+                vec![books("baseline", Class::P, 100, 0), books("baseline", Class::F, 300, 0)],
+                10.0,
+                [true; 3],
+            ),
+            // a rising Freemium p95 in the baseline
+            (&flat, &ramp, vec![books("baseline", Class::F, 300, 0)], 10.0, [false, true, true]),
+            // a rise of 29 ms is under the floor, whatever its share
+            (&flat, &small_ramp, vec![books("baseline", Class::F, 300, 0)], 10.0, [true; 3]),
+            // one baseline time-out fails the baseline (and 1/50 > 1%)
+            (&flat, &flat, vec![books("baseline", Class::F, 50, 1)], 10.0, [false, false, true]),
+            // 1% of a fault phase's sessions may time out, not more
+            (&flat, &flat, vec![books("down1", Class::F, 200, 2)], 10.0, [true; 3]),
+            (&flat, &flat, vec![books("down1", Class::F, 200, 3)], 10.0, [true, false, true]),
+            // a phase shorter than a session
+            (&flat, &flat, vec![books("down1", Class::P, 10, 0)], 31.0, [true, true, false]),
+        ];
+        for (i, (p, f, b, s, want)) in cases.into_iter().enumerate() {
+            let got: Vec<bool> = judge(&l, [p, f], &b, s).iter().map(|c| c.ok).collect();
+            assert_eq!(got, want, "case {i}");
+        }
+    }
+
+    #[test]
+    fn details_name_the_class_phase_and_counts() {
+        let b = vec![books("baseline", Class::F, 50, 3), books("down2", Class::P, 40, 5)];
+        let c = judge(&Limits::default(), [&[], &[]], &b, 10.0);
+        assert_eq!(c[0].detail, "F: 3 of 50 sessions timed out");
+        assert_eq!(c[1].detail, "baseline F: 3 of 50 sessions; down2 P: 5 of 40 sessions");
+        assert_eq!(c[2].kind.to_string(), "phase length");
+    }
+}
