@@ -7,9 +7,10 @@
 
 use crate::core::metrics::{EventRow, PhaseRow, ReplicaCpu, RunMetrics};
 use crate::core::model::{replica_name, Class};
+use crate::core::outcome::Verdict;
 use crate::core::phases::WARMUP;
 use crate::report::charts::{self, sig3, ChartError, Frame};
-use crate::report::summary::{Accounting, Summary, Verdict};
+use crate::report::summary::{Accounting, Summary};
 use minijinja::{AutoEscape, Environment, UndefinedBehavior, Value};
 use serde::Serialize;
 
