@@ -22,7 +22,7 @@ pub mod pgconn;
 
 pub use docker::{DockerCluster, DockerError, DockerOptions};
 pub use external::{ExternalCluster, ExternalError};
-pub use local::{LocalCluster, LocalError, LocalOptions, ReplicaStatus};
+pub use local::{LocalCluster, LocalError};
 
 use crate::core::model::Action;
 use std::fmt;
@@ -148,15 +148,6 @@ pub enum Cluster {
 }
 
 impl Cluster {
-    /// Backend name as on the command line.
-    pub fn backend(&self) -> &'static str {
-        match self {
-            Cluster::Local(_) => "local",
-            Cluster::Docker(_) => "docker",
-            Cluster::External(_) => "external",
-        }
-    }
-
     /// Number of replicas K.
     pub fn replicas(&self) -> usize {
         match self {

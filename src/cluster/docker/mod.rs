@@ -357,11 +357,6 @@ impl DockerCluster {
         &self.state.replicas[r].name
     }
 
-    /// The network's name.
-    pub fn network(&self) -> &str {
-        &self.state.network
-    }
-
     /// Published port of replica `r`. Panics when out of range.
     pub fn port(&self, r: usize) -> u16 {
         self.state.replicas[r].port

@@ -318,19 +318,9 @@ impl LocalCluster {
         self.replicas.len()
     }
 
-    /// TCP port of replica `r`, if it exists.
-    pub fn port(&self, r: usize) -> Option<u16> {
-        self.replicas.get(r).map(|x| x.port)
-    }
-
     /// Postmaster pid of replica `r` while it runs.
     pub fn pid(&self, r: usize) -> Option<i32> {
         self.replicas.get(r).and_then(|x| x.pid)
-    }
-
-    /// The state directory (absolute).
-    pub fn state_dir(&self) -> &Path {
-        &self.state_dir
     }
 
     /// Every cgroup directory of the cluster (replica groups, then their

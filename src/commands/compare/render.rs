@@ -480,11 +480,11 @@ mod tests {
     #[test]
     fn labels_and_changes() {
         assert_eq!((label(0), label(1), label(25), label(26)), ("A".into(), "B".into(), "Z".into(), "F27".into()));
-        let d = super::model::delta(Metric::P95Ms, Some(100.0), Some(112.3));
+        let d = crate::commands::compare::model::delta(Metric::P95Ms, Some(100.0), Some(112.3));
         assert_eq!(change(Metric::P95Ms, &d), "+12.3%");
-        let d = super::model::delta(Metric::Retention, Some(0.9), Some(0.85));
+        let d = crate::commands::compare::model::delta(Metric::Retention, Some(0.9), Some(0.85));
         assert_eq!(change(Metric::Retention, &d), "-0.0500");
-        let d = super::model::delta(Metric::GoodputQps, Some(0.0), Some(3.0));
+        let d = crate::commands::compare::model::delta(Metric::GoodputQps, Some(0.0), Some(3.0));
         assert_eq!(change(Metric::GoodputQps, &d), "+inf%");
         assert_eq!(md("a|b"), "a\\|b");
         assert_eq!(short_name("reports/examples/run-a"), "run-a");

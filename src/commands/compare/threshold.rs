@@ -375,7 +375,7 @@ impl fmt::Display for Check {
 
 #[cfg(test)]
 mod tests {
-    use super::model::{Cell, Info, Kind, Value};
+    use crate::commands::compare::model::{Cell, Info, Kind, Value};
     use super::*;
 
     fn t(s: &str) -> Threshold {

@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 pub mod figures;
 pub mod html;
 pub mod recovery;
-pub use figures::{figures, render_figures, Figures};
+pub use figures::{figures, render_figures};
 
 /// `plbbench experiment`: the grid, the repeats and the flags passed through
 /// to every run (same defaults as `plbbench run`).
@@ -92,8 +92,6 @@ pub struct GridRun {
     pub fault: String,
     /// Mix, normalised `P:F`.
     pub mix: String,
-    /// Strategy.
-    pub strategy: Strategy,
     /// Repeat number, from 1.
     pub repeat: u32,
     /// Folder name under `runs/`: `<fault>-<P>-<F>-<strategy>-r<k>`.
@@ -273,7 +271,7 @@ pub fn grid(args: &ExperimentArgs, root: &Path) -> Result<Vec<GridRun>, Error> {
                     a.common.seed = args.common.seed + u64::from(repeat - 1);
                     a.out = Some(root.join("runs").join(&name));
                     let plan = Plan::new(a)?;
-                    runs.push(GridRun { fault: fault.clone(), mix: mix.clone(), strategy, repeat, name, plan });
+                    runs.push(GridRun { fault: fault.clone(), mix: mix.clone(), repeat, name, plan });
                 }
             }
         }

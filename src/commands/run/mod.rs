@@ -59,8 +59,6 @@ fn print_headline(s: &Summary) {
 pub struct RunOutput {
     /// The summary written to summary.json.
     pub summary: Summary,
-    /// The metrics written to the CSV files.
-    pub metrics: RunMetrics,
 }
 
 /// Runs `plan` and writes its folder; returns what was written.
@@ -91,7 +89,7 @@ pub fn conclude(
     let html = crate::report::html::render(&summary, &metrics).context("rendering report.html")?;
     let config = resolved_config(plan).context("writing config.toml")?;
     write_run(&plan.out, plan.force, &RunFiles { summary: &summary, metrics: &metrics, html, config })?;
-    Ok(RunOutput { summary, metrics })
+    Ok(RunOutput { summary })
 }
 
 /// The settings block of summary.json.
