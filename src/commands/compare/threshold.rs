@@ -375,8 +375,8 @@ impl fmt::Display for Check {
 
 #[cfg(test)]
 mod tests {
-    use crate::commands::compare::model::{Cell, Info, Kind, Value};
     use super::*;
+    use crate::commands::compare::model::{Cell, Info, Kind, Value};
 
     fn t(s: &str) -> Threshold {
         Threshold::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"))
