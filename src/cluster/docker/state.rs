@@ -146,7 +146,7 @@ pub(super) fn tar(files: &[(&str, u32, &[u8])]) -> Vec<u8> {
         field(&mut h, 124, 12, format!("{:011o}\0", data.len()).as_bytes());
         field(&mut h, 136, 12, b"00000000000\0");
         h[156] = b'0';
-        field(&mut h, 257, 8, b"ustar\000");
+        field(&mut h, 257, 8, b"ustar\x0000");
         h[148..156].fill(b' ');
         let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
         field(&mut h, 148, 8, format!("{sum:06o}\0 ").as_bytes());

@@ -159,7 +159,7 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
         collector.truncate(t);
     }
     drop(runtime);
-    let mut cluster = Arc::try_unwrap(cluster).ok().expect("no task holds the cluster").into_inner().expect("lock");
+    let mut cluster = Arc::try_unwrap(cluster).expect("no task holds the cluster").into_inner().expect("lock");
     if cluster.is_persistent() {
         heal(&mut cluster, plan, out.interrupted_s);
     }

@@ -181,7 +181,7 @@ fn summarise(
         accounting,
         verdicts,
         wall_s: (wall_s * 1000.0).round() / 1000.0,
-        interrupted_by: outcome.interrupted_by.clone(),
+        interrupted_by: outcome.interrupted_by,
         stop_overrun_s: outcome.stop_overrun_s.map(|s| (s * 1000.0).round() / 1000.0),
         recovery: crate::core::recovery::of_run(&plan.faults, m, plan.router.replicas),
         detector: Some(crate::core::recovery::suspicions_of_run(&plan.faults, m, plan.router.replicas)),
