@@ -17,7 +17,7 @@ debian_bindirs() {
 }
 
 # Prints the directory holding both initdb and postgres, if any (the same
-# lookup as src/cluster/pgbin.rs: PLBBENCH_PG_BIN, then PATH, then the newest
+# lookup as src/cluster/local/pgbin.rs: PLBBENCH_PG_BIN, then PATH, then the newest
 # /usr/lib/postgresql/*/bin).
 find_bindir() {
     local d cand

@@ -31,6 +31,7 @@ use crate::core::saturation::{GeneratorLoad, GeneratorReport};
 use crate::core::schedule::Client;
 use crate::core::watch::{Answers, Watch};
 use crate::core::workload::{QueryTemplate, Workload};
+use crate::error::Signal;
 use crate::live_metrics::{self, LiveMetrics};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -107,7 +108,7 @@ pub struct DriverOutcome {
     /// started after it, and none recorded ends later than [`DRAIN`] after it.
     pub interrupted_s: Option<f64>,
     /// The first signal, when interrupted (`SIGINT` or `SIGTERM`).
-    pub signal: Option<&'static str>,
+    pub signal: Option<Signal>,
     /// Run time (seconds) when every task had stopped: the planned end (or
     /// the signal plus the drain) plus however long stopping took.
     pub ended_s: f64,
@@ -135,8 +136,8 @@ impl Signals {
         Signals { int: listen(SignalKind::interrupt(), "SIGINT"), term: listen(SignalKind::terminate(), "SIGTERM") }
     }
 
-    /// The next signal's name; never returns when none can arrive.
-    async fn recv(&mut self) -> &'static str {
+    /// The next signal; never returns when none can arrive.
+    async fn recv(&mut self) -> Signal {
         async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
             if let Some(s) = s {
                 if s.recv().await.is_some() {
@@ -146,8 +147,8 @@ impl Signals {
             std::future::pending::<()>().await
         }
         tokio::select! {
-            _ = next(&mut self.int) => "SIGINT",
-            _ = next(&mut self.term) => "SIGTERM",
+            _ = next(&mut self.int) => Signal::Int,
+            _ = next(&mut self.term) => Signal::Term,
         }
     }
 }
@@ -344,7 +345,7 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
     let mut clients = tokio::spawn(join_clients(clients));
     let injector = tokio::spawn(inject(ctx.clone(), cluster.clone(), input.faults, input.cpus));
     let prober = input.probe_interval.map(|i| tokio::spawn(probe(ctx.clone(), i)));
-    let bar = progress_bar(input.progress, input.duration_s);
+    let bar = crate::progress::bar(input.progress, input.duration_s.ceil() as u64, "s");
     let sampler = tokio::spawn(sample(ctx.clone(), cluster, bar.clone(), input.cpus));
     let interrupted = tokio::select! {
         _ = sleep_until(ctx.at(input.duration_s)) => None,
@@ -409,10 +410,10 @@ async fn drain(
     bar: &indicatif::ProgressBar,
     signals: &mut Signals,
     clients: &mut JoinHandle<[u64; 2]>,
-    first: &'static str,
+    first: Signal,
 ) -> Option<[u64; 2]> {
     let note = |m: String| {
-        bar.suspend(|| eprintln!("plbbench: {m}"));
+        crate::progress::note(bar, &format!("plbbench: {m}"));
         ctx.send(Msg::Event(ctx.now(), "note", None, m));
     };
     note(format!(
@@ -449,18 +450,6 @@ async fn collect(mut rx: mpsc::UnboundedReceiver<Msg>, mut col: Collector) -> (C
         }
     }
     (col, load)
-}
-
-fn progress_bar(show: bool, duration_s: f64) -> indicatif::ProgressBar {
-    if !show {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::new(duration_s.ceil() as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{elapsed_precise} [{wide_bar}] {pos}/{len} s  {msg}")
-            .expect("valid template"),
-    );
-    bar
 }
 
 /// A session's outcome after its queries.

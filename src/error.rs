@@ -16,8 +16,8 @@ pub enum Error {
     /// measured. Exit status 128 + the signal number.
     #[error("interrupted by {signal}: {detail}")]
     Interrupted {
-        /// The first signal received, e.g. `SIGINT`.
-        signal: String,
+        /// The first signal received.
+        signal: Signal,
         /// What was kept.
         detail: String,
     },
@@ -29,12 +29,44 @@ impl Error {
         match self {
             Error::Input(_) => 2,
             Error::Run(_) => 1,
-            Error::Interrupted { signal, .. } => match signal.as_str() {
-                "SIGINT" => 130,
-                "SIGTERM" => 143,
-                _ => 1,
-            },
+            Error::Interrupted { signal, .. } => 128 + signal.number(),
         }
+    }
+}
+
+/// A signal that stops a run early: the first one received decides the
+/// exit status and is named in summary.json (`SIGINT`, `SIGTERM`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Signal {
+    /// Ctrl-C.
+    #[serde(rename = "SIGINT")]
+    Int,
+    /// A polite kill.
+    #[serde(rename = "SIGTERM")]
+    Term,
+}
+
+impl Signal {
+    /// The signal's number (2 or 15).
+    pub fn number(self) -> i32 {
+        match self {
+            Signal::Int => 2,
+            Signal::Term => 15,
+        }
+    }
+
+    /// The signal's name, as shells and summary.json write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::Int => "SIGINT",
+            Signal::Term => "SIGTERM",
+        }
+    }
+}
+
+impl std::fmt::Display for Signal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 

@@ -36,12 +36,15 @@ pub fn quantile_sorted(sorted: &[f64], p: f64) -> Option<f64> {
     Some(sorted[lo] + frac * (sorted[hi] - sorted[lo]))
 }
 
-/// The type 7 quantile `p` of unsorted values (NaN ignored); `None` when empty.
+/// The type 7 quantile `p` of unsorted values (NaN ignored); `None` when
+/// empty. The tests' reference for [`Spread::of`].
+#[cfg(test)]
 pub fn quantile(values: &[f64], p: f64) -> Option<f64> {
     quantile_sorted(&sorted(values), p)
 }
 
 /// The median (NaN ignored); `None` when empty.
+#[cfg(test)]
 pub fn median(values: &[f64]) -> Option<f64> {
     quantile(values, 0.5)
 }

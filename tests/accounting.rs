@@ -3,10 +3,10 @@
 //! writer, so a backend that loses track of a session can never ship a
 //! report that does not add up.
 
-use plbbench::backend;
+use plbbench::commands::run::args::default_run_args;
+use plbbench::commands::run::backend;
+use plbbench::commands::run::plan::Plan;
 use plbbench::core::metrics::Collector;
-use plbbench::experiment::default_run_args;
-use plbbench::plan::Plan;
 use plbbench::Error;
 use std::time::Instant;
 
@@ -20,7 +20,7 @@ fn tmp(name: &str) -> std::path::PathBuf {
 
 fn plan(out: &std::path::Path, raw: bool) -> Plan {
     let mut a = default_run_args();
-    a.common.cluster = plbbench::cli::ClusterKind::Sim;
+    a.common.cluster = plbbench::core::settings::ClusterKind::Sim;
     a.common.clients = 200;
     a.common.time_scale = 0.2;
     a.common.raw = raw;
@@ -31,8 +31,7 @@ fn plan(out: &std::path::Path, raw: bool) -> Plan {
 }
 
 fn collector(p: &Plan) -> Collector {
-    let c = &p.args.common;
-    Collector::new(p.phases.clone(), c.replicas, c.cpus, c.raw)
+    Collector::new(p.phases.clone(), p.replicas, p.cpus, p.raw)
 }
 
 /// Entries of `dir`'s parent whose names start with `dir`'s name: the run
@@ -55,7 +54,7 @@ fn a_session_the_backend_lost_fails_the_run_and_writes_nothing() {
         let (col, mut outcome) = backend::run_sim(&p, collector(&p));
         // One session more in flight than the backend really had open.
         outcome.in_flight[class] += 1;
-        let err = match plbbench::run::conclude(&p, col, outcome, chrono::Utc::now(), Instant::now()) {
+        let err = match plbbench::commands::run::conclude(&p, col, outcome, chrono::Utc::now(), Instant::now()) {
             Ok(_) => panic!("an unbalanced run was written"),
             Err(e) => e,
         };
@@ -74,7 +73,7 @@ fn the_same_run_with_honest_books_is_written() {
     let out = tmp.join("run");
     let p = plan(&out, true);
     let (col, outcome) = backend::run_sim(&p, collector(&p));
-    plbbench::run::conclude(&p, col, outcome, chrono::Utc::now(), Instant::now()).expect("balanced run");
+    plbbench::commands::run::conclude(&p, col, outcome, chrono::Utc::now(), Instant::now()).expect("balanced run");
     for f in ["summary.json", "phases.csv", "timeseries.csv", "queries.csv", "report.html"] {
         assert!(out.join(f).is_file(), "{f} missing");
     }

@@ -25,8 +25,9 @@ use std::time::{Duration, Instant};
 use bollard::query_parameters::{ListContainersOptions, ListNetworksOptions, ListVolumesOptions};
 use bollard::Docker;
 use plbbench::cluster::dataset::{orders_rows, CHECKSUM_SQL};
+use plbbench::cluster::docker::image as docker_image;
 use plbbench::cluster::docker::{self, DockerCluster, DockerOptions, LABEL_CLUSTER, LABEL_MANAGED};
-use plbbench::cluster::{docker_image, Fault};
+use plbbench::cluster::Fault;
 
 /// `true` when an engine answers; otherwise says loudly why the test skips.
 fn engine_or_skip(test: &str) -> bool {

@@ -6,31 +6,23 @@
 //! the same small surface (connection config, fault actions, cumulative CPU
 //! seconds). The submodules keep the pieces small and separately testable:
 //!
-//! - [`local`]: K servers from the machine's binaries, cgroup CPU quotas;
+//! - [`local`]: K servers from the machine's binaries, cgroup CPU quotas
+//!   (with its own `cgroup`, `pgbin` and `procs` helpers);
 //! - [`docker`]: K containers through the Docker Engine API (bollard), from
-//!   the image that [`docker_image`] builds from Debian packages;
+//!   the image that [`docker::image`] builds from Debian packages;
 //! - [`external`]: an existing cluster given by DSNs, faults by user commands;
-//! - [`cgroup`]: CPU quota, CPU accounting and freezing through cgroup v1/v2;
-//! - [`pgbin`]: finding the PostgreSQL binaries and their version;
-//! - [`procs`]: spawning servers as the right user, signals, process trees;
 //! - [`pgconn`]: small synchronous helpers over `tokio-postgres`;
 //! - [`dataset`]: the deterministic TPC-H-like dataset and its checksum.
 
-pub mod cgroup;
 pub mod dataset;
 pub mod docker;
-pub mod docker_image;
-mod docker_state;
 pub mod external;
 pub mod local;
-mod local_opts;
-pub mod pgbin;
 pub mod pgconn;
-pub mod procs;
 
 pub use docker::{DockerCluster, DockerError, DockerOptions};
 pub use external::{ExternalCluster, ExternalError};
-pub use local::{LocalCluster, LocalError, LocalOptions, ReplicaStatus};
+pub use local::{LocalCluster, LocalError};
 
 use crate::core::model::Action;
 use std::fmt;
@@ -156,15 +148,6 @@ pub enum Cluster {
 }
 
 impl Cluster {
-    /// Backend name as on the command line.
-    pub fn backend(&self) -> &'static str {
-        match self {
-            Cluster::Local(_) => "local",
-            Cluster::Docker(_) => "docker",
-            Cluster::External(_) => "external",
-        }
-    }
-
     /// Number of replicas K.
     pub fn replicas(&self) -> usize {
         match self {

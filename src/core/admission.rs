@@ -162,11 +162,6 @@ impl Gate {
         gone
     }
 
-    /// When the oldest waiting session's deadline falls, if any.
-    pub fn next_deadline(&self) -> Option<f64> {
-        self.queue.iter().map(|w| w.since_s + self.deadline_s).reduce(f64::min)
-    }
-
     /// Sessions still waiting per class (at the end of a run).
     pub fn waiting(&self) -> [u64; 2] {
         let mut n = [0; 2];

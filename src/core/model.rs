@@ -154,11 +154,6 @@ impl Action {
         }
     }
 
-    /// Whether this action starts a fault (rather than ending one).
-    pub fn starts_fault(self) -> bool {
-        self.ended_by().is_some()
-    }
-
     /// Whether a replica under the fault this action starts still counts
     /// among the survivors: only a Slow one (it is reachable and serves,
     /// more slowly).

@@ -5,12 +5,11 @@
 
 use super::model::{Class, ReplicaId, Role};
 use super::roles::{self, Move, RoleVector, Slot};
-use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// A routing strategy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Strategy {
     /// The paper's policy: P/M/F roles, load-aware admission, repair-to-target.

@@ -13,8 +13,6 @@ use rand_distr::{Distribution, Exp};
 /// One client's script: who it is and its private generator.
 #[derive(Clone, Debug)]
 pub struct Client {
-    /// Client number, 0-based.
-    pub id: u32,
     /// Its class.
     pub class: Class,
     /// When it arrives, seconds from run start (already time-scaled).
@@ -48,7 +46,6 @@ pub fn clients(total: u32, premium_pct: u32, ramp_s: f64, seed: u64) -> Vec<Clie
         .zip(arrivals)
         .enumerate()
         .map(|(i, (class, arrival_s))| Client {
-            id: i as u32,
             class,
             arrival_s,
             rng: ChaCha8Rng::seed_from_u64(seed ^ (0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i as u64 + 1))),

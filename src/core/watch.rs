@@ -15,11 +15,10 @@ use super::detect::{Detector, Probe};
 use super::health::{Evidence, Health, HealthConfig, HealthMachine};
 use super::model::ReplicaId;
 use super::router::Router;
-use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
 /// What the router does with a replica that comes back.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Recovery {
     /// The paper's behaviour: full share at once (after the health machine's

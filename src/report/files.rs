@@ -1,13 +1,14 @@
 //! Writes a run folder (design.md §5) atomically: every file goes into a
 //! temporary sibling folder that is renamed into place at the end, so a
-//! reader never sees a half-written run and a failure leaves nothing behind.
+//! reader never sees a half-written run and a failure leaves nothing behind
+//! (the sibling is named as `fsutil` names every temporary file).
 
 use crate::core::metrics::RunMetrics;
 use crate::report::summary::Summary;
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Writes rows as CSV with a header taken from the row type's fields.
 pub fn write_csv<T: Serialize>(path: &Path, rows: &[T], header: &[&str]) -> Result<()> {
@@ -70,18 +71,13 @@ pub struct RunFiles<'a> {
     pub config: String,
 }
 
-fn temp_sibling(out: &Path) -> PathBuf {
-    let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into());
-    out.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
-}
-
 /// Writes the folder to a temporary name, then renames it to `out`
 /// (replacing an existing folder only when `force`).
 pub fn write_run(out: &Path, force: bool, files: &RunFiles<'_>) -> Result<()> {
     if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
         fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
     }
-    let tmp = temp_sibling(out);
+    let tmp = crate::fsutil::temp_sibling(out);
     let result = write_all(&tmp, files);
     if let Err(e) = result {
         let _ = fs::remove_dir_all(&tmp);

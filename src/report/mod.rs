@@ -2,7 +2,6 @@
 //! self-contained HTML report with its SVG charts.
 
 pub mod charts;
-pub mod experiment_html;
 pub mod files;
 pub mod html;
 pub mod summary;

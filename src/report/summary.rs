@@ -4,6 +4,8 @@
 
 use crate::core::metrics::{EventRow, PhaseRow, ReplicaCpu};
 use crate::core::model::{Class, FaultEvent};
+use crate::core::outcome::Verdict;
+use crate::error::Signal;
 use serde::{Deserialize, Serialize};
 
 /// The resolved settings of a run (enough to rerun it).
@@ -72,17 +74,6 @@ pub struct Environment {
     pub started_utc: String,
 }
 
-/// One check on the run, shown in the report.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Verdict {
-    /// Short name.
-    pub name: String,
-    /// Whether it holds.
-    pub ok: bool,
-    /// What was found.
-    pub detail: String,
-}
-
 /// Sessions and errors of one class, for the accounting section.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Accounting {
@@ -126,7 +117,7 @@ pub struct Summary {
     pub wall_s: f64,
     /// The signal that stopped the run (`SIGINT`, `SIGTERM`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub interrupted_by: Option<String>,
+    pub interrupted_by: Option<Signal>,
     /// Real backends: seconds between the planned end (or the end of the
     /// drain after a signal) and the moment every client, probe and fault
     /// task had stopped. Bounded by the connect and query deadlines.

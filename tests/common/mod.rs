@@ -1,6 +1,6 @@
 //! Helpers shared by the test binaries that need real PostgreSQL.
 
-use plbbench::cluster::pgbin;
+use plbbench::cluster::local::pgbin;
 
 #[allow(dead_code)]
 /// `false` (skip) only when PostgreSQL is missing and skipping was asked

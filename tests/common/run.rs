@@ -17,7 +17,7 @@ use serde_json::Value;
 
 /// Replicas of every run here (the default K).
 pub const K: usize = 5;
-/// The driver's drain after a first signal (`plbbench::driver::DRAIN`).
+/// The driver's drain after a first signal (`driver::DRAIN` in the crate).
 pub const DRAIN_S: f64 = 2.0;
 /// How long a run may take before the test kills it and fails: cluster up
 /// (initdb, dataset scale 0.05, copy: ~5-20 s here) + at most 60 s of run +

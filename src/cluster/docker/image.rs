@@ -18,12 +18,12 @@ use bollard::query_parameters::CreateImageOptions;
 use bollard::Docker;
 use futures_util::StreamExt;
 
-use super::docker::{DockerError, LABEL_KIND, LABEL_MANAGED};
+use super::api::{DockerError, LABEL_KIND, LABEL_MANAGED};
 
 /// The image's name and tag.
 pub const IMAGE: &str = "plbbench/postgres:15";
 /// The root filesystem recipe (run as root; argument: target directory).
-pub const RECIPE: &str = include_str!("../../docker/build-rootfs.sh");
+pub const RECIPE: &str = include_str!("../../../docker/build-rootfs.sh");
 /// Label holding a hash of [`RECIPE`]: an image built by another recipe is
 /// rebuilt.
 pub const LABEL_RECIPE: &str = "org.plbbench.recipe";

@@ -7,8 +7,8 @@
 //! the archive and `compare` agree on what a folder holds; the runs inside
 //! an experiment folder are counted in its entry, not listed one by one.
 
-use crate::compare::load;
-use crate::compare::model::{Cell, Folder, Kind, Metric, Selection};
+use super::compare::load;
+use super::compare::model::{Cell, Folder, Kind, Metric, Selection};
 use crate::core::model::Class;
 use crate::error::{input, Error};
 use crate::report::charts::sig3;
@@ -19,7 +19,7 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 /// The page template, embedded at build time.
-const TEMPLATE: &str = include_str!("../templates/archive.html");
+const TEMPLATE: &str = include_str!("../../templates/archive.html");
 
 /// The archive root of `run` and `experiment` (relative to the working folder).
 pub const DEFAULT_ROOT: &str = "reports";
@@ -69,7 +69,8 @@ pub fn rebuild(root: &Path) -> Result<(PathBuf, usize), Error> {
     let page = Page { root: root.display().to_string(), entries, skipped, version: env!("CARGO_PKG_VERSION") };
     let html = render(&page).context("rendering the archive page")?;
     let path = root.join("index.html");
-    crate::experiment::write_atomic(&path, &html)?;
+    crate::fsutil::write_atomic(&path, &html, 0o666)
+        .map_err(|e| Error::Run(anyhow::anyhow!("cannot write {}: {e}", path.display())))?;
     Ok((path, n))
 }
 

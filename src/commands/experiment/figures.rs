@@ -344,20 +344,20 @@ fn render_rq3(o: &mut String, rq3: &[Rq3]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiment::default_run_args;
+    use crate::commands::run::args::default_run_args;
 
     /// A real cascade summary from a tiny simulated run, used as a template.
     fn template() -> Summary {
         let dir = std::env::temp_dir().join(format!("plbbench-figures-{}", std::process::id()));
         let mut a = default_run_args();
-        a.common.cluster = crate::cli::ClusterKind::Sim;
+        a.common.cluster = crate::core::settings::ClusterKind::Sim;
         a.common.clients = 40;
         a.common.time_scale = 0.1;
         a.faults = Some("cascade".into());
         a.out = Some(dir.clone());
         a.force = true;
         a.common.quiet = true;
-        let out = crate::run::execute(&crate::plan::Plan::new(a).unwrap()).unwrap();
+        let out = crate::commands::run::execute(&crate::commands::run::plan::Plan::new(a).unwrap()).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         out.summary
     }

@@ -5,12 +5,12 @@
 //! older or newer plbbench versions still compare. Any failure is bad input
 //! naming the folder (exit status 2).
 
-use crate::compare::model::{Cell, Folder, Info, Kind, Metric, Selection, Value};
+use super::model::{Cell, Folder, Info, Kind, Metric, Selection, Value};
+use crate::commands::experiment::{CellRow, METRICS};
 use crate::core::metrics::PhaseRow;
 use crate::core::model::Class;
 use crate::core::phases::WARMUP;
 use crate::error::{input, Error};
-use crate::experiment::{CellRow, METRICS};
 use crate::stats::Spread;
 use serde::Deserialize;
 use std::collections::HashMap;

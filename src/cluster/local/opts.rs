@@ -1,4 +1,4 @@
-//! Options and errors of the local backend ([`super::local`]), kept apart so
+//! Options and errors of the local backend ([`super`]), kept apart so
 //! that the lifecycle code stays short: what a user can choose for a local
 //! cluster, its documented defaults and validation, and every way a local
 //! cluster operation can fail.
@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::pgconn::PgError;
+use crate::cluster::pgconn::PgError;
 
 /// How to provision a local cluster; `Default` gives the documented values.
 #[derive(Clone, Debug, PartialEq)]

@@ -6,8 +6,7 @@
 //! state.
 
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -47,16 +46,9 @@ impl LocalCluster {
     /// Writes `cluster.json` atomically with mode 0600.
     pub(super) fn save(&self) -> Result<(), LocalError> {
         let path = self.state_dir.join(STATE_FILE);
-        let tmp = self.state_dir.join(format!("{STATE_FILE}.tmp"));
         let json =
             serde_json::to_vec_pretty(self).map_err(|source| LocalError::State { path: path.clone(), source })?;
-        let write = || -> std::io::Result<()> {
-            let _ = fs::remove_file(&tmp);
-            let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
-            f.write_all(&json)?;
-            fs::rename(&tmp, &path)
-        };
-        write().map_err(io_err(format!("writing {}", path.display())))
+        crate::fsutil::write_atomic(&path, json, 0o600).map_err(io_err(format!("writing {}", path.display())))
     }
 
     /// SIGKILLs `pid`, its tree and its cgroup's processes, thaws them so

@@ -7,9 +7,9 @@
 //! then the whole grid as a table and every run linked. A view model of
 //! preformatted strings rendered through `templates/experiment.html`.
 
+use super::figures::{Figures, Rq2, Rq3, CASCADE_PHASES};
+use super::{ExperimentFile, RunEntry};
 use crate::core::model::Class;
-use crate::experiment::figures::{Figures, Rq2, Rq3, CASCADE_PHASES};
-use crate::experiment::{ExperimentFile, RunEntry};
 use crate::report::charts::{self, sig3, BarPanel, BarSeries};
 use crate::report::html::{Colours, ReportError, STYLE};
 use crate::stats::Spread;
@@ -17,7 +17,7 @@ use minijinja::{AutoEscape, Environment, UndefinedBehavior, Value};
 use plotters::style::RGBColor;
 use serde::Serialize;
 
-const TEMPLATE: &str = include_str!("../../templates/experiment.html");
+const TEMPLATE: &str = include_str!("../../../templates/experiment.html");
 
 /// The baseline strategies of the comparisons, drawn in greys.
 const OTHER: RGBColor = RGBColor(0x9a, 0x9a, 0x9a);
@@ -183,8 +183,8 @@ impl Page {
     }
 }
 
-fn rq1_view(r: &crate::experiment::figures::Rq1) -> Rq1View {
-    let side = |strategy, s: &crate::experiment::figures::Rq1Side| SideView {
+fn rq1_view(r: &super::figures::Rq1) -> Rq1View {
+    let side = |strategy, s: &super::figures::Rq1Side| SideView {
         strategy,
         n: s.seeds.len(),
         retention: spread_text(&s.premium_retention),
@@ -203,7 +203,7 @@ fn rq1_figure(file: &ExperimentFile, f: &Figures) -> Result<Option<FigureView>, 
         return Ok(None);
     }
     let groups = f.rq1.iter().map(|r| r.mix.clone()).collect();
-    let series = |label: &str, colour, pick: fn(&crate::experiment::figures::Rq1) -> Spread| BarSeries {
+    let series = |label: &str, colour, pick: fn(&super::figures::Rq1) -> Spread| BarSeries {
         label: label.into(),
         colour,
         values: f.rq1.iter().map(|r| Some(pick(r))).collect(),
@@ -234,20 +234,15 @@ fn fig4(file: &ExperimentFile, m: &Rq2, class: Class) -> Result<FigureView, Repo
     let rows: Vec<_> =
         CASCADE_PHASES.iter().filter_map(|p| m.rows.iter().find(|r| r.phase == *p && r.class == class)).collect();
     let groups: Vec<String> = rows.iter().map(|r| r.phase.clone()).collect();
-    let panel =
-        |y_desc: &str, pick: fn(&crate::experiment::figures::Rq2Row) -> &crate::experiment::figures::Versus| BarPanel {
-            y_desc: y_desc.into(),
-            groups: groups.clone(),
-            series: vec![
-                BarSeries { label: "plb".into(), colour, values: rows.iter().map(|r| Some(pick(r).plb)).collect() },
-                BarSeries {
-                    label: "5RR".into(),
-                    colour: OTHER,
-                    values: rows.iter().map(|r| Some(pick(r).rr)).collect(),
-                },
-            ],
-            reference: None,
-        };
+    let panel = |y_desc: &str, pick: fn(&super::figures::Rq2Row) -> &super::figures::Versus| BarPanel {
+        y_desc: y_desc.into(),
+        groups: groups.clone(),
+        series: vec![
+            BarSeries { label: "plb".into(), colour, values: rows.iter().map(|r| Some(pick(r).plb)).collect() },
+            BarSeries { label: "5RR".into(), colour: OTHER, values: rows.iter().map(|r| Some(pick(r).rr)).collect() },
+        ],
+        reference: None,
+    };
     let panels = [
         panel("goodput (queries/s)", |r| &r.goodput_qps),
         panel("p95 latency (ms)", |r| &r.p95_ms),

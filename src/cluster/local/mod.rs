@@ -34,11 +34,16 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
 
-use super::cgroup::CgroupSet;
-use super::local_opts::io_err;
-pub use super::local_opts::{default_state_dir, LocalError, LocalOptions};
-use super::procs::{self, RunAs};
-use super::{dataset, pgbin, pgconn};
+use super::{dataset, pgconn};
+use cgroup::CgroupSet;
+use opts::io_err;
+pub use opts::{default_state_dir, LocalError, LocalOptions};
+use procs::RunAs;
+
+pub mod cgroup;
+mod opts;
+pub mod pgbin;
+pub mod procs;
 
 /// Database and role that clients use (created by `initdb -U`).
 pub const DB_NAME: &str = "plbbench";
@@ -313,19 +318,9 @@ impl LocalCluster {
         self.replicas.len()
     }
 
-    /// TCP port of replica `r`, if it exists.
-    pub fn port(&self, r: usize) -> Option<u16> {
-        self.replicas.get(r).map(|x| x.port)
-    }
-
     /// Postmaster pid of replica `r` while it runs.
     pub fn pid(&self, r: usize) -> Option<i32> {
         self.replicas.get(r).and_then(|x| x.pid)
-    }
-
-    /// The state directory (absolute).
-    pub fn state_dir(&self) -> &Path {
-        &self.state_dir
     }
 
     /// Every cgroup directory of the cluster (replica groups, then their
@@ -519,9 +514,7 @@ fn tail(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join(" | ")
 }
 
-#[path = "local_server.rs"]
 mod server;
-#[path = "local_state.rs"]
 mod state;
 pub(crate) use server::server_conf;
 use state::{make_private_dir, pick_ports, prepare_state_dir};

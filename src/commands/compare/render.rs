@@ -4,8 +4,8 @@
 //! `templates/compare.html`, SVG bars from `report::charts::spread_bars`).
 //! Rendering only: every number comes from the pure comparison model.
 
-use crate::compare::model::{Better, Delta, Folder, Group, Kind, Metric, Row, Value, Verdict};
-use crate::compare::threshold::Check;
+use super::model::{Better, Delta, Folder, Group, Kind, Metric, Row, Value, Verdict};
+use super::threshold::Check;
 use crate::core::model::Class;
 use crate::report::charts::{self, sig3, BarPanel, BarSeries, ChartError};
 use crate::stats::Spread;
@@ -14,7 +14,7 @@ use plotters::style::RGBColor;
 use serde::Serialize;
 
 /// The page template, embedded at build time.
-const TEMPLATE: &str = include_str!("../../templates/compare.html");
+const TEMPLATE: &str = include_str!("../../../templates/compare.html");
 
 /// A missing number.
 const DASH: &str = "–";
@@ -261,7 +261,7 @@ struct JsonFolder<'a> {
     dir: &'a str,
     kind: Kind,
     baseline: bool,
-    info: &'a crate::compare::model::Info,
+    info: &'a super::model::Info,
 }
 
 #[derive(Serialize)]
@@ -480,11 +480,11 @@ mod tests {
     #[test]
     fn labels_and_changes() {
         assert_eq!((label(0), label(1), label(25), label(26)), ("A".into(), "B".into(), "Z".into(), "F27".into()));
-        let d = crate::compare::model::delta(Metric::P95Ms, Some(100.0), Some(112.3));
+        let d = crate::commands::compare::model::delta(Metric::P95Ms, Some(100.0), Some(112.3));
         assert_eq!(change(Metric::P95Ms, &d), "+12.3%");
-        let d = crate::compare::model::delta(Metric::Retention, Some(0.9), Some(0.85));
+        let d = crate::commands::compare::model::delta(Metric::Retention, Some(0.9), Some(0.85));
         assert_eq!(change(Metric::Retention, &d), "-0.0500");
-        let d = crate::compare::model::delta(Metric::GoodputQps, Some(0.0), Some(3.0));
+        let d = crate::commands::compare::model::delta(Metric::GoodputQps, Some(0.0), Some(3.0));
         assert_eq!(change(Metric::GoodputQps, &d), "+inf%");
         assert_eq!(md("a|b"), "a\\|b");
         assert_eq!(short_name("reports/examples/run-a"), "run-a");

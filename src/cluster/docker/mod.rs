@@ -1,6 +1,6 @@
 //! The `docker` cluster backend (design.md §6, issue 6): K PostgreSQL
 //! containers through the Docker Engine API (bollard), from the image that
-//! [`super::docker_image`] builds without any registry.
+//! [`image`] builds without any registry.
 //!
 //! [`DockerCluster::up`] creates a private bridge network, runs a template
 //! container that `initdb`s (the generated password arrives as a file
@@ -39,20 +39,18 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use futures_util::StreamExt;
 
-use super::docker_image::{self, PG_HOME};
-use super::docker_state::{self as state, Rep, Secret, State};
 use super::local::{DB_NAME, DB_USER};
 use super::{dataset, pgconn, Fault};
+use image::PG_HOME;
+use state::{Rep, Secret, State};
+
+mod api;
+pub mod image;
+mod state;
+
+pub use api::{engine, DockerError, LABEL_CLUSTER, LABEL_KIND, LABEL_MANAGED, LABEL_REPLICA};
 pub use state::default_state_dir;
 
-/// Label on everything plbbench creates in the engine.
-pub const LABEL_MANAGED: &str = "org.plbbench.managed";
-/// What an object is: `image`, `data`, `network`, `template`, `replica`.
-pub const LABEL_KIND: &str = "org.plbbench.kind";
-/// The cluster id an object belongs to.
-pub const LABEL_CLUSTER: &str = "org.plbbench.cluster";
-/// The replica a container is (`r1`...).
-pub const LABEL_REPLICA: &str = "org.plbbench.replica";
 /// How often the stats API is asked for each replica's CPU.
 pub const CPU_POLL: Duration = Duration::from_millis(500);
 /// How long `up` and Rejoin wait for a server to answer.
@@ -91,73 +89,6 @@ impl Default for DockerOptions {
     }
 }
 
-/// Every way a docker operation fails; none carries the password.
-#[derive(Debug, thiserror::Error)]
-pub enum DockerError {
-    /// No engine answered.
-    #[error("no Docker engine reachable at {host} (set DOCKER_HOST, or start dockerd)")]
-    NoEngine {
-        /// DOCKER_HOST or the default socket.
-        host: String,
-        /// The cause.
-        #[source]
-        source: bollard::errors::Error,
-    },
-    /// An Engine API call failed.
-    #[error("{what}")]
-    Api {
-        /// What was being done.
-        what: String,
-        /// The cause.
-        #[source]
-        source: bollard::errors::Error,
-    },
-    /// Building the image failed.
-    #[error("image build: {0}")]
-    Image(String),
-    /// A file operation failed.
-    #[error("{0}")]
-    Io(String, #[source] std::io::Error),
-    /// The state file is unreadable.
-    #[error("state file {0}")]
-    State(PathBuf, #[source] serde_json::Error),
-    /// Options out of range.
-    #[error("invalid docker cluster options: {0}")]
-    Invalid(String),
-    /// `up` found a running cluster.
-    #[error(
-        "a docker cluster is already running (state in {0}); use it or run `plbbench cluster down --backend docker`"
-    )]
-    AlreadyRunning(PathBuf),
-    /// Replica index out of range.
-    #[error("no replica with index {index} (the cluster has {replicas})")]
-    NoSuchReplica {
-        /// The index.
-        index: usize,
-        /// K.
-        replicas: usize,
-    },
-    /// A server did not answer or a provisioning statement failed.
-    #[error("{what}")]
-    Sql {
-        /// What was being done.
-        what: String,
-        /// The cause.
-        #[source]
-        source: pgconn::PgError,
-    },
-    /// Waiting for a container state timed out.
-    #[error("{0}")]
-    Timeout(String),
-}
-
-impl DockerError {
-    /// An API error with its context.
-    pub fn api(what: impl Into<String>, source: bollard::errors::Error) -> DockerError {
-        DockerError::Api { what: what.into(), source }
-    }
-}
-
 /// Per replica: CPU nanoseconds of earlier incarnations and the last reading.
 #[derive(Clone, Copy, Debug, Default)]
 struct CpuAcc {
@@ -177,17 +108,6 @@ pub struct DockerCluster {
     stop_poll: Arc<AtomicBool>,
     persistent: bool,
     torn_down: bool,
-}
-
-/// Connects to the engine named by the environment and negotiates the API
-/// version (this machine's engine speaks 1.41).
-pub async fn engine() -> Result<Docker, DockerError> {
-    let host = std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
-    let no_engine = |source| DockerError::NoEngine { host: host.clone(), source };
-    let docker = Docker::connect_with_defaults().map_err(no_engine)?;
-    let docker = docker.negotiate_version().await.map_err(no_engine)?;
-    docker.ping().await.map_err(no_engine)?;
-    Ok(docker)
 }
 
 /// Runs `fut` to completion on `rt` from any thread (a scoped thread keeps
@@ -215,11 +135,11 @@ pub fn reachable() -> Result<(), DockerError> {
 
 /// `plbbench image build`: builds the image unless it is current (`force`
 /// rebuilds).
-pub fn build_image(force: bool) -> Result<docker_image::Built, DockerError> {
+pub fn build_image(force: bool) -> Result<image::Built, DockerError> {
     let rt = runtime()?;
     block(&rt, async {
         let docker = engine().await?.with_timeout(Duration::from_secs(3600));
-        docker_image::ensure(&docker, force).await
+        image::ensure(&docker, force).await
     })
 }
 
@@ -293,7 +213,7 @@ impl DockerCluster {
         let docker = block(&rt, engine())?;
         Self::cleanup_stale_with(&rt, &docker, &opts.state_dir)?;
         let t0 = Instant::now();
-        let built = block(&rt, docker_image::ensure(&docker.clone().with_timeout(Duration::from_secs(3600)), false))?;
+        let built = block(&rt, image::ensure(&docker.clone().with_timeout(Duration::from_secs(3600)), false))?;
         let id = format!("{:08x}", rand::random::<u32>());
         let password: String = {
             use rand::Rng;
@@ -435,11 +355,6 @@ impl DockerCluster {
     /// Container name of replica `r`. Panics when out of range.
     pub fn container(&self, r: usize) -> &str {
         &self.state.replicas[r].name
-    }
-
-    /// The network's name.
-    pub fn network(&self) -> &str {
-        &self.state.network
     }
 
     /// Published port of replica `r`. Panics when out of range.
@@ -635,7 +550,7 @@ impl DockerCluster {
              echo 'host all all all scram-sha-256' >> data/pg_hba.conf; exec postgres -D data"
         );
         let body = self.body(
-            docker_image::IMAGE,
+            image::IMAGE,
             "template",
             None,
             port,

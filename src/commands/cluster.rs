@@ -6,18 +6,148 @@
 //! replica, which is what the simulator's `cpu_ms` and the workload's think
 //! time are calibrated from, and then the replica's throughput under its CPU
 //! quota with the `bench` machinery (a check of the first method: at
-//! saturation, qps x cost should be about the quota).
+//! saturation, qps x cost should be about the quota). The flags of all
+//! three are declared here, beside the code that reads them.
 
-use crate::cli::{CalibrateArgs, ClusterAction, ClusterArgs, ClusterKind, ClusterUpArgs, ImageAction, ImageArgs};
+use super::run::plan::load_workload;
+use super::signals::catch_signals;
 use crate::cluster::docker::{self, DockerCluster, DockerOptions};
 use crate::cluster::local::{default_state_dir, LocalCluster, LocalOptions};
 use crate::cluster::{Cluster, Fault};
 use crate::core::model::{parse_replica, Class};
+use crate::core::settings::{ClusterKind, Named};
 use crate::driver::{execute, prepare};
 use crate::error::{input, Error};
-use crate::plan::load_workload;
 use anyhow::Context;
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
 use std::time::Instant;
+
+/// `plbbench image`.
+#[derive(Debug, Args)]
+pub struct ImageArgs {
+    /// What to do with the image.
+    #[command(subcommand)]
+    pub action: ImageAction,
+}
+
+/// Image actions.
+#[derive(Debug, Subcommand)]
+pub enum ImageAction {
+    /// Build plbbench/postgres:15 (debootstrap + import through the Engine API) unless it is current.
+    Build {
+        /// Rebuild even when a current image exists.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// `plbbench calibrate`.
+#[derive(Debug, Args)]
+pub struct CalibrateArgs {
+    /// Workload whose templates to measure [default: built-in analytics].
+    #[arg(long, value_name = "FILE")]
+    pub workload: Option<PathBuf>,
+    /// Queries per template.
+    #[arg(long, default_value_t = 200, value_name = "N")]
+    pub queries: u32,
+    /// CPU quota (cores) under which throughput is also measured with `bench` machinery (0 skips that part).
+    #[arg(long, default_value_t = 0.3, value_name = "C")]
+    pub cpus: f64,
+    /// Connections of each throughput measurement under the quota.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub connections: u32,
+    /// Seconds of each throughput measurement under the quota.
+    #[arg(long, default_value_t = 5.0, value_name = "S")]
+    pub seconds: f64,
+}
+
+/// `plbbench cluster`.
+#[derive(Debug, Args)]
+pub struct ClusterArgs {
+    /// up, status or down.
+    #[command(subcommand)]
+    pub action: ClusterAction,
+}
+
+/// Cluster actions.
+#[derive(Debug, Subcommand)]
+pub enum ClusterAction {
+    /// Start K replicas, load the dataset, print one DSN per line, and leave them running.
+    Up(ClusterUpArgs),
+    /// Show each replica's port, pid, health and CPU budget.
+    Status(ClusterSelect),
+    /// Stop and remove everything the cluster used.
+    Down(ClusterDownArgs),
+    /// Apply one fault to one replica of the running cluster (down, rejoin, pause, resume, slow=C, partition, heal).
+    Fault(ClusterFaultArgs),
+    /// Print one replica's cumulative CPU seconds (a sampler for external cluster files).
+    Cpu(ClusterReplicaArgs),
+}
+
+/// `plbbench cluster down`.
+#[derive(Debug, Args)]
+pub struct ClusterDownArgs {
+    /// Backend.
+    #[arg(long, value_enum, default_value = "local")]
+    pub backend: ClusterKind,
+    /// docker: remove every container, network, volume and data image with plbbench's labels, not only this cluster's.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// `plbbench cluster fault`.
+#[derive(Debug, Args)]
+pub struct ClusterFaultArgs {
+    /// The fault: down, rejoin, pause, resume, slow=CORES, partition, heal.
+    #[arg(value_name = "FAULT")]
+    pub fault: String,
+    /// Replica r1..rK.
+    #[arg(value_name = "REPLICA")]
+    pub replica: String,
+    /// Backend.
+    #[arg(long, value_enum, default_value = "local")]
+    pub backend: ClusterKind,
+}
+
+/// `plbbench cluster cpu`.
+#[derive(Debug, Args)]
+pub struct ClusterReplicaArgs {
+    /// Replica r1..rK.
+    #[arg(value_name = "REPLICA")]
+    pub replica: String,
+    /// Backend.
+    #[arg(long, value_enum, default_value = "local")]
+    pub backend: ClusterKind,
+}
+
+/// `plbbench cluster up`.
+#[derive(Debug, Args)]
+pub struct ClusterUpArgs {
+    /// Backend.
+    #[arg(long, value_enum, default_value = "local")]
+    pub backend: ClusterKind,
+    /// Number of replicas K.
+    #[arg(long, default_value_t = 5, value_name = "K")]
+    pub replicas: usize,
+    /// CPU budget per replica in cores.
+    #[arg(long, default_value_t = 0.3, value_name = "C")]
+    pub cpus: f64,
+    /// docker: memory limit per container in MiB.
+    #[arg(long, default_value_t = 1024, value_name = "MIB")]
+    pub memory_mib: u64,
+    /// Workload whose dataset to load [default: built-in analytics].
+    #[arg(long, value_name = "FILE")]
+    pub workload: Option<PathBuf>,
+}
+
+/// Which cluster `status`/`down` act on.
+#[derive(Debug, Args)]
+pub struct ClusterSelect {
+    /// Backend.
+    #[arg(long, value_enum, default_value = "local")]
+    pub backend: ClusterKind,
+}
 
 fn provisioned(kind: ClusterKind) -> Result<(), Error> {
     match kind {
@@ -46,9 +176,9 @@ pub fn image(args: ImageArgs) -> Result<(), Error> {
     let b = docker::build_image(force).context("image build")?;
     let mib = b.size as f64 / (1u64 << 20) as f64;
     if b.reused {
-        eprintln!("plbbench: {} is current ({mib:.0} MiB); --force rebuilds it", crate::cluster::docker_image::IMAGE);
+        eprintln!("plbbench: {} is current ({mib:.0} MiB); --force rebuilds it", docker::image::IMAGE);
     } else {
-        eprintln!("plbbench: built {} in {:.0} s ({mib:.0} MiB)", crate::cluster::docker_image::IMAGE, b.seconds);
+        eprintln!("plbbench: built {} in {:.0} s ({mib:.0} MiB)", docker::image::IMAGE, b.seconds);
     }
     println!("{}", b.id);
     Ok(())
@@ -64,7 +194,7 @@ fn up(a: ClusterUpArgs) -> Result<(), Error> {
     }
     let w = load_workload(a.workload.as_deref())?;
     let started = Instant::now();
-    let interrupted = crate::backend::catch_signals();
+    let interrupted = catch_signals();
     let mut c = match a.backend {
         ClusterKind::Docker => {
             let opts = DockerOptions {
@@ -289,7 +419,7 @@ fn throughput_under_quota(
     c.set_cpus(0, args.cpus).context("setting r1's CPU quota")?;
     println!("template,class,cpus,connections,qps_at_quota,p50_ms,p99_ms,implied_cpu_ms,generator_cpu_cores");
     for q in &w.query {
-        let spec = crate::bench::BenchSpec {
+        let spec = super::bench::BenchSpec {
             servers: vec![c.config(0)],
             query: q.clone(),
             connections: args.connections,
@@ -298,7 +428,7 @@ fn throughput_under_quota(
             rate: None,
             seed: 1,
         };
-        let r = crate::bench::measure(&spec, 2)?;
+        let r = super::bench::measure(&spec, 2)?;
         let implied = if r.qps > 0.0 { format!("{:.2}", args.cpus * 1000.0 / r.qps) } else { "-".into() };
         let cpu = r.generator_cpu_cores.map_or("-".into(), |c| format!("{c:.3}"));
         println!(

@@ -2,9 +2,11 @@
 //! strategies x mixes x fault presets x repeats, one ordinary run folder per
 //! cell and repeat, and summarises the repeats as medians with interquartile
 //! ranges (`experiment.json`, `experiment.csv`) and as the paper's figures
-//! (`figures.json`, computed in `experiment/figures.rs`). It owns the grid order, the seeds, resumption and the
-//! aggregation; every run itself goes through `plan::Plan` and `run::execute`
-//! so an experiment's runs are byte-for-byte what `plbbench run` would write.
+//! (`figures.json`, computed in [`figures`]), with its own report page
+//! ([`html`]). It owns the grid order, the seeds, resumption and the
+//! aggregation; every run itself goes through `run::plan::Plan` and
+//! `run::execute` so an experiment's runs are byte-for-byte what `plbbench
+//! run` would write.
 //!
 //! Order and seeds: the loop is repeat -> fault -> mix -> strategy, so drift
 //! of the machine hits every strategy alike; repeat k (1-based) uses seed
@@ -12,26 +14,30 @@
 //! Resumption: a run folder with a complete `summary.json` (not `partial`)
 //! and the same settings is kept; anything else in the grid is (re)run.
 
-use crate::cli::{Admission, CommonArgs, Detection, RunArgs};
+use super::lists::{closed, parse_list};
+use super::run as run_cmd;
+use super::run::args::{default_run_args, CommonArgs, RunArgs};
+use super::run::plan::{self, Plan};
 use crate::core::faults;
 use crate::core::metrics::PhaseRow;
 use crate::core::model::Class;
 use crate::core::phases::WARMUP;
 use crate::core::router::Strategy;
+use crate::core::settings::{Admission, Detection};
 use crate::core::watch::Recovery;
 use crate::error::{input, Error};
-use crate::plan::{self, Plan};
+use crate::fsutil;
 use crate::report::summary::{Settings, Summary};
-use crate::run;
 use crate::stats::{self, Spread};
 use anyhow::Context;
-use clap::{Args, Parser, ValueEnum};
+use clap::Args;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 pub mod figures;
+pub mod html;
 pub mod recovery;
-pub use figures::{figures, render_figures, Figures};
+pub use figures::{figures, render_figures};
 
 /// `plbbench experiment`: the grid, the repeats and the flags passed through
 /// to every run (same defaults as `plbbench run`).
@@ -86,8 +92,6 @@ pub struct GridRun {
     pub fault: String,
     /// Mix, normalised `P:F`.
     pub mix: String,
-    /// Strategy.
-    pub strategy: Strategy,
     /// Repeat number, from 1.
     pub repeat: u32,
     /// Folder name under `runs/`: `<fault>-<P>-<F>-<strategy>-r<k>`.
@@ -229,12 +233,12 @@ pub fn grid(args: &ExperimentArgs, root: &Path) -> Result<Vec<GridRun>, Error> {
     let strategies = parse_strategies(&args.strategies)?;
     let mixes = parse_mixes(&args.mixes)?;
     let faults = parse_faults(&args.faults)?;
-    let admissions: Vec<Admission> = parse_list("--admission", &args.admission)?;
+    let admissions: Vec<Admission> = parse_list("--admission", &args.admission, |s| closed("--admission", "value", s))?;
     let detections: Vec<Detection> = match args.detections.is_empty() {
         true => vec![args.common.detection],
-        false => parse_list("--detections", &args.detections)?,
+        false => parse_list("--detections", &args.detections, |s| closed("--detections", "value", s))?,
     };
-    let recoveries: Vec<Recovery> = parse_list("--recovery", &args.recovery)?;
+    let recoveries: Vec<Recovery> = parse_list("--recovery", &args.recovery, |s| closed("--recovery", "value", s))?;
     let layers: Vec<(Strategy, Admission, Detection, Recovery)> = strategies
         .iter()
         .flat_map(|&s| admissions.iter().map(move |&a| (s, a)))
@@ -260,29 +264,19 @@ pub fn grid(args: &ExperimentArgs, root: &Path) -> Result<Vec<GridRun>, Error> {
                     a.common.detection = detection;
                     a.recovery = recovery;
                     // Runs without layers keep their historical names.
-                    let name = format!("{label}-{pct}-{}-{}-r{repeat}", 100 - pct, run::variant(&a));
+                    let variant = plan::variant(strategy, detection, recovery, admission);
+                    let name = format!("{label}-{pct}-{}-{variant}-r{repeat}", 100 - pct);
                     a.mix = mix.clone();
                     a.faults = Some(fault.clone());
                     a.common.seed = args.common.seed + u64::from(repeat - 1);
                     a.out = Some(root.join("runs").join(&name));
                     let plan = Plan::new(a)?;
-                    runs.push(GridRun { fault: fault.clone(), mix: mix.clone(), strategy, repeat, name, plan });
+                    runs.push(GridRun { fault: fault.clone(), mix: mix.clone(), repeat, name, plan });
                 }
             }
         }
     }
     Ok(runs)
-}
-
-/// `plbbench run`'s defaults, from its own clap definition (so fields added
-/// to RunArgs later get their defaults here too).
-pub fn default_run_args() -> RunArgs {
-    #[derive(Parser)]
-    struct Wrap {
-        #[command(flatten)]
-        run: RunArgs,
-    }
-    Wrap::try_parse_from(["plbbench"]).expect("run's flags all have defaults").run
 }
 
 fn pass_through(e: &ExperimentArgs, a: &mut RunArgs) {
@@ -291,33 +285,8 @@ fn pass_through(e: &ExperimentArgs, a: &mut RunArgs) {
     a.common.quiet = true; // the experiment's own bar replaces each run's
 }
 
-/// A comma-separated list of one of the CLI's closed sets, each at most once.
-fn parse_list<T: ValueEnum + PartialEq>(flag: &str, list: &[String]) -> Result<Vec<T>, Error> {
-    let names: Vec<String> =
-        T::value_variants().iter().filter_map(|v| v.to_possible_value()).map(|p| p.get_name().to_string()).collect();
-    let mut out = Vec::new();
-    for s in list {
-        let v = T::from_str(s.trim(), true)
-            .map_err(|_| input(flag, format!("unknown value `{s}` (expected {})", names.join(", "))))?;
-        if out.contains(&v) {
-            return Err(input(flag, format!("`{s}` is listed twice")));
-        }
-        out.push(v);
-    }
-    Ok(out)
-}
-
 fn parse_strategies(list: &[String]) -> Result<Vec<Strategy>, Error> {
-    let names: Vec<&str> = Strategy::ALL.iter().map(|s| s.name()).collect();
-    let mut out = Vec::new();
-    for s in list {
-        let st = Strategy::from_str(s.trim(), true)
-            .map_err(|_| input("--strategies", format!("unknown strategy `{s}` (expected {})", names.join(", "))))?;
-        if out.contains(&st) {
-            return Err(input("--strategies", format!("`{s}` is listed twice")));
-        }
-        out.push(st);
-    }
+    let out = parse_list("--strategies", list, |s| closed("--strategies", "strategy", s))?;
     if out.is_empty() {
         return Err(input("--strategies", "name at least one strategy"));
     }
@@ -326,29 +295,25 @@ fn parse_strategies(list: &[String]) -> Result<Vec<Strategy>, Error> {
 
 /// Normalised mixes with their Premium percentage.
 fn parse_mixes(list: &[String]) -> Result<Vec<(String, u32)>, Error> {
-    let mut out: Vec<(String, u32)> = Vec::new();
-    for m in list {
-        let p = plan::parse_mix(m).map_err(|e| match e {
+    let pcts = parse_list("--mixes", list, |m| {
+        plan::parse_mix(m).map_err(|e| match e {
             Error::Input(msg) => Error::Input(msg.replacen("--mix:", "--mixes:", 1)),
             other => other,
-        })?;
-        if out.iter().any(|(_, q)| *q == p) {
-            return Err(input("--mixes", format!("`{m}` is listed twice")));
-        }
-        out.push((format!("{p}:{}", 100 - p), p));
-    }
-    if out.is_empty() {
+        })
+    })?;
+    if pcts.is_empty() {
         return Err(input("--mixes", "name at least one mix"));
     }
-    Ok(out)
+    Ok(pcts.into_iter().map(|p| (format!("{p}:{}", 100 - p), p)).collect())
 }
 
-/// Fault presets or files with the label used in folder names.
+/// Fault presets or files with the label used in folder names; a repeat, or
+/// two files whose names give the same label, is refused.
 fn parse_faults(list: &[String]) -> Result<Vec<(String, String)>, Error> {
-    let mut out: Vec<(String, String)> = Vec::new();
-    for f in list {
+    let mut labels: Vec<String> = Vec::new();
+    let out = parse_list("--faults", list, |f| {
         let f = f.trim();
-        let label = if faults::preset(f).is_some() {
+        let label: String = if faults::preset(f).is_some() {
             f.to_string()
         } else if Path::new(f).is_file() {
             let stem = Path::new(f).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
@@ -359,11 +324,12 @@ fn parse_faults(list: &[String]) -> Result<Vec<(String, String)>, Error> {
                 format!("unknown fault preset `{f}` (expected {}, or a schedule file)", faults::PRESETS.join(", ")),
             ));
         };
-        if out.iter().any(|(_, l)| *l == label) {
+        if labels.contains(&label) {
             return Err(input("--faults", format!("`{f}` is listed twice (or two files share the name `{label}`)")));
         }
-        out.push((f.to_string(), label));
-    }
+        labels.push(label.clone());
+        Ok((f.to_string(), label))
+    })?;
     if out.is_empty() {
         return Err(input("--faults", "name at least one fault preset"));
     }
@@ -399,7 +365,7 @@ pub fn run_state(run: &GridRun) -> Result<RunState, Error> {
     if summary.partial {
         return Ok(RunState::Incomplete("the run was interrupted (partial)".into()));
     }
-    let expected = run::settings(&run.plan);
+    let expected = run_cmd::settings(&run.plan);
     let differ = settings_diff(&summary.settings, &expected);
     if !differ.is_empty() {
         return Err(input(
@@ -458,27 +424,25 @@ pub fn experiment(args: ExperimentArgs) -> Result<(), Error> {
     let summaries = execute_pending(&grid, states, pending, args.common.quiet)?;
     let file = experiment_file(&args, &grid, &summaries);
     let figures = figures(&summaries.iter().map(|(s, _)| s.clone()).collect::<Vec<_>>());
-    write_atomic(
-        &root.join("experiment.json"),
-        &(serde_json::to_string_pretty(&file).context("experiment.json")? + "\n"),
-    )?;
-    write_atomic(&root.join("experiment.csv"), &experiment_csv(&file.cells).context("experiment.csv")?)?;
     let all: Vec<Summary> = summaries.iter().map(|(s, _)| s.clone()).collect();
-    write_atomic(&root.join("recovery.csv"), &recovery::csv(&recovery::rows(&all)).context("recovery.csv")?)?;
-    write_atomic(
-        &root.join("figures.json"),
-        &(serde_json::to_string_pretty(&figures).context("figures.json")? + "\n"),
-    )?;
-    let page =
-        crate::report::experiment_html::render(&file, &figures).context("rendering the experiment's report.html")?;
+    let mut files = vec![
+        ("experiment.json".to_string(), serde_json::to_string_pretty(&file).context("experiment.json")? + "\n"),
+        ("experiment.csv".into(), experiment_csv(&file.cells).context("experiment.csv")?),
+        ("recovery.csv".into(), recovery::csv(&recovery::rows(&all)).context("recovery.csv")?),
+        ("figures.json".into(), serde_json::to_string_pretty(&figures).context("figures.json")? + "\n"),
+    ];
+    let page = html::render(&file, &figures).context("rendering the experiment's report.html")?;
     std::fs::create_dir_all(root.join("figures"))
         .with_context(|| format!("cannot create {}/figures", root.display()))?;
-    for (id, svg) in &page.svgs {
-        write_atomic(&root.join("figures").join(format!("{id}.svg")), svg)?;
+    files.extend(page.svgs.into_iter().map(|(id, svg)| (format!("figures/{id}.svg"), svg)));
+    files.push(("report.html".into(), page.html));
+    for (name, text) in &files {
+        let path = root.join(name);
+        fsutil::write_atomic(&path, text, 0o666)
+            .map_err(|e| Error::Run(anyhow::anyhow!("cannot write {}: {e}", path.display())))?;
     }
-    write_atomic(&root.join("report.html"), &page.html)?;
     eprintln!("wrote {}", root.display());
-    crate::archive::refresh_after(&root);
+    super::archive::refresh_after(&root);
     if !args.common.quiet {
         print!("{}", render_figures(&figures));
     }
@@ -493,7 +457,7 @@ fn execute_pending(
     pending: usize,
     quiet: bool,
 ) -> Result<Vec<(Summary, bool)>, Error> {
-    let bar = progress_bar(!quiet, pending as u64);
+    let bar = crate::progress::bar(!quiet, pending as u64, "runs  eta {eta}");
     let mut out = Vec::with_capacity(grid.len());
     for (run, state) in grid.iter().zip(states) {
         match state {
@@ -501,11 +465,13 @@ fn execute_pending(
                 out.push((*s, true));
                 continue;
             }
-            RunState::Incomplete(why) => note(&bar, &format!("plbbench: rerunning {}: {why}", run.name)),
+            RunState::Incomplete(why) => {
+                crate::progress::note(&bar, &format!("plbbench: rerunning {}: {why}", run.name))
+            }
             RunState::Missing => {}
         }
         bar.set_message(run.name.clone());
-        let result = run::execute(&run.plan).map_err(|e| match e {
+        let result = run_cmd::execute(&run.plan).map_err(|e| match e {
             Error::Run(e) => {
                 Error::Run(e.context(format!("run {} failed; rerun the same command to resume", run.name)))
             }
@@ -526,28 +492,6 @@ fn execute_pending(
     Ok(out)
 }
 
-/// A line on stderr above the bar (indicatif drops `println` on a hidden bar).
-fn note(bar: &indicatif::ProgressBar, line: &str) {
-    if bar.is_hidden() {
-        eprintln!("{line}");
-    } else {
-        bar.println(line);
-    }
-}
-
-fn progress_bar(show: bool, len: u64) -> indicatif::ProgressBar {
-    if !show || len == 0 {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::new(len);
-    if let Ok(style) =
-        indicatif::ProgressStyle::with_template("{elapsed_precise} [{wide_bar}] {pos}/{len} runs  eta {eta}  {msg}")
-    {
-        bar.set_style(style);
-    }
-    bar
-}
-
 /// Removes temporary run folders and files (`.<name>.tmp-<pid>`) left by a
 /// killed process; those of a process that still runs are left alone.
 fn clean_stale_temps(runs_dir: &Path) {
@@ -557,23 +501,11 @@ fn clean_stale_temps(runs_dir: &Path) {
     }
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.strip_prefix('.').and_then(|n| n.rsplit_once(".tmp-")).map(|(_, p)| p.to_string()) else {
-            continue;
-        };
-        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(&pid).exists() {
+        let Some(pid) = fsutil::stale_temp_pid(&name) else { continue };
+        if !Path::new("/proc").join(pid.to_string()).exists() {
             let _ = std::fs::remove_dir_all(e.path()).or_else(|_| std::fs::remove_file(e.path()));
         }
     }
-}
-
-/// Writes `text` to `path` through a temporary sibling and a rename.
-pub fn write_atomic(path: &Path, text: &str) -> Result<(), Error> {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
-    std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, path)).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        Error::Run(anyhow::anyhow!("cannot write {}: {e}", path.display()))
-    })
 }
 
 fn experiment_file(args: &ExperimentArgs, grid: &[GridRun], summaries: &[(Summary, bool)]) -> ExperimentFile {
@@ -605,11 +537,11 @@ fn experiment_file(args: &ExperimentArgs, grid: &[GridRun], summaries: &[(Summar
     ExperimentFile {
         plbbench_version: env!("CARGO_PKG_VERSION").into(),
         quantiles: stats::QUANTILE_DEFINITION.into(),
-        strategies: uniq(&|r| run::settings(&r.plan).strategy),
+        strategies: uniq(&|r| run_cmd::settings(&r.plan).strategy),
         mixes: uniq(&|r| r.mix.clone()),
         faults: uniq(&|r| r.fault.clone()),
         repeat: args.repeat,
-        settings: all.first().map(|s| s.settings.clone()).unwrap_or_else(|| run::settings(&grid[0].plan)),
+        settings: all.first().map(|s| s.settings.clone()).unwrap_or_else(|| run_cmd::settings(&grid[0].plan)),
         runs,
         cells: aggregate(&all),
     }
@@ -698,6 +630,7 @@ pub fn experiment_csv(rows: &[CellRow]) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
 
     fn parse(args: &[&str]) -> ExperimentArgs {
         #[derive(Parser)]
@@ -715,7 +648,7 @@ mod tests {
         let mut a = default_run_args();
         pass_through(&e, &mut a);
         assert_eq!((a.common.clients, a.common.seed, a.common.theta), (77, 3, Some(12)));
-        assert_eq!(a.common.cluster, crate::cli::ClusterKind::Sim);
+        assert_eq!(a.common.cluster, crate::core::settings::ClusterKind::Sim);
         assert!(a.common.quiet && a.force);
         assert_eq!(e.strategies, ["plb", "rr-split", "rr", "lc"]);
         assert_eq!(e.mixes, ["25:75", "50:50", "75:25"]);
@@ -738,7 +671,7 @@ mod tests {
             "7",
         ]);
         let g = grid(&e, Path::new("/nonexistent/exp")).unwrap();
-        let names: Vec<(&str, u64)> = g.iter().map(|r| (r.name.as_str(), r.plan.args.common.seed)).collect();
+        let names: Vec<(&str, u64)> = g.iter().map(|r| (r.name.as_str(), r.plan.seed)).collect();
         assert_eq!(
             names,
             [
@@ -753,7 +686,7 @@ mod tests {
             ]
         );
         assert_eq!(g[0].plan.out, Path::new("/nonexistent/exp/runs/cascade-25-75-plb-r1"));
-        assert!(g.iter().all(|r| r.plan.args.common.quiet && r.plan.args.force));
+        assert!(g.iter().all(|r| !r.plan.progress && r.plan.force));
     }
 
     #[test]

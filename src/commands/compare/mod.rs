@@ -5,6 +5,7 @@
 //! the I/O shell: flags, reading folders (`load`), writing outputs
 //! (`render`); the table (`model`) and the gate (`threshold`) are pure.
 
+use super::lists::parse_list;
 use crate::error::{input, Error};
 use anyhow::Context;
 use clap::{Args, ValueEnum};
@@ -79,7 +80,8 @@ pub fn compare(args: CompareArgs) -> Result<(), Error> {
     print!("{out}");
     if let Some(path) = &args.html {
         let page = render::html(&report).context("rendering the comparison page")?;
-        crate::experiment::write_atomic(path, &page)?;
+        crate::fsutil::write_atomic(path, &page, 0o666)
+            .map_err(|e| Error::Run(anyhow::anyhow!("cannot write {}: {e}", path.display())))?;
         eprintln!("wrote {}", path.display());
     }
     let violated: Vec<_> = checks.iter().filter(|c| !c.ok).collect();
@@ -98,15 +100,10 @@ fn parse_metrics(list: &[String]) -> Result<Vec<Metric>, Error> {
         return Ok(Metric::DEFAULT.to_vec());
     }
     let names: Vec<&str> = Metric::ALL.iter().map(|m| m.name()).collect();
-    let mut out = Vec::new();
-    for s in list {
-        let m = Metric::parse(s)
-            .ok_or_else(|| input("--metrics", format!("unknown metric `{s}` (expected {})", names.join(", "))))?;
-        if !out.contains(&m) {
-            out.push(m);
-        }
-    }
-    Ok(out)
+    parse_list("--metrics", list, |s| {
+        Metric::parse(s)
+            .ok_or_else(|| input("--metrics", format!("unknown metric `{s}` (expected {})", names.join(", "))))
+    })
 }
 
 /// The baseline first, then every other folder once.

@@ -1,57 +1,74 @@
 //! `plbbench run`: drives a validated plan through its cluster backend,
 //! checks the accounting, and writes the run folder. The backends differ only
-//! in how sessions execute; routing, metrics and files are shared.
+//! in how sessions execute; routing, metrics and files are shared. The
+//! flags are in [`args`], their validation into a [`plan::Plan`] in
+//! [`plan`], and the glue that hands a plan to the simulator or a real
+//! cluster in [`backend`].
 
-use crate::backend;
-use crate::cli::{ClusterKind, Detection};
 use crate::core::metrics::{Collector, RunMetrics};
 use crate::core::model::Class;
+use crate::core::outcome::{BackendOutcome, Verdict};
+use crate::core::settings::{Admission, Detection, Named};
 use crate::error::Error;
-use crate::plan::Plan;
 use crate::report::files::{write_run, RunFiles};
-use crate::report::summary::{Accounting, Environment, Settings, Summary, Verdict};
+use crate::report::summary::{Accounting, Environment, Settings, Summary};
 use anyhow::Context;
+use args::RunArgs;
+use plan::{ClusterSpec, Plan};
 use serde::Serialize;
 use std::time::Instant;
 
-/// What a backend reports besides the collector's contents.
-#[derive(Debug, Default)]
-pub struct BackendOutcome {
-    /// Sessions still open at the end, per class.
-    pub in_flight: [u64; 2],
-    /// True when the run was interrupted.
-    pub partial: bool,
-    /// PostgreSQL version, for real backends.
-    pub postgres_version: Option<String>,
-    /// Whether the CPU budget was enforced.
-    pub cpu_budget_enforced: bool,
-    /// Extra verdicts (detection, saturation, ...).
-    pub verdicts: Vec<Verdict>,
-    /// The first signal, when interrupted.
-    pub interrupted_by: Option<String>,
-    /// Real backends: how long stopping took past the planned end.
-    pub stop_overrun_s: Option<f64>,
-    /// Real backends: how hard plbbench itself worked (saturation guard).
-    pub generator: Option<crate::core::saturation::GeneratorReport>,
+pub mod args;
+pub mod backend;
+pub mod plan;
+
+/// `plbbench run`: validates the flags, runs, writes the folder, refreshes
+/// the archive and prints the headline; a run stopped by a signal is an
+/// [`Error::Interrupted`] after its partial folder was written.
+pub fn run(args: RunArgs) -> Result<(), Error> {
+    let plan = Plan::new(args)?;
+    let out = execute(&plan)?;
+    eprintln!("wrote {}", plan.out.display());
+    crate::commands::archive::refresh_after(&plan.out);
+    print_headline(&out.summary);
+    match out.summary.interrupted_by {
+        Some(signal) => {
+            Err(Error::Interrupted { signal, detail: format!("partial run folder written to {}", plan.out.display()) })
+        }
+        None => Ok(()),
+    }
+}
+
+/// One line per non-warmup phase and class on stdout.
+fn print_headline(s: &Summary) {
+    println!("phase     class  goodput_qps  retention  p95_ms");
+    for r in s.phases.iter().filter(|r| r.phase != crate::core::phases::WARMUP) {
+        let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
+        println!(
+            "{:<9} {:<6} {:>11.2}  {:>9}  {:>6}",
+            r.phase,
+            r.class.to_string(),
+            r.goodput_qps,
+            f(r.retention),
+            f(r.p95_ms)
+        );
+    }
 }
 
 /// The result of one run.
 pub struct RunOutput {
     /// The summary written to summary.json.
     pub summary: Summary,
-    /// The metrics written to the CSV files.
-    pub metrics: RunMetrics,
 }
 
 /// Runs `plan` and writes its folder; returns what was written.
 pub fn execute(plan: &Plan) -> Result<RunOutput, Error> {
     let started = chrono::Utc::now();
     let clock = Instant::now();
-    let collector =
-        Collector::new(plan.phases.clone(), plan.args.common.replicas, plan.args.common.cpus, plan.args.common.raw);
-    let (collector, outcome) = match plan.args.common.cluster {
-        ClusterKind::Sim => backend::run_sim(plan, collector),
-        ClusterKind::Local | ClusterKind::Docker | ClusterKind::External => backend::run_real(plan, collector)?,
+    let collector = Collector::new(plan.phases.clone(), plan.replicas, plan.cpus, plan.raw);
+    let (collector, outcome) = match plan.cluster {
+        ClusterSpec::Sim => backend::run_sim(plan, collector),
+        ClusterSpec::Local | ClusterSpec::Docker | ClusterSpec::External(_) => backend::run_real(plan, collector)?,
     };
     conclude(plan, collector, outcome, started, clock)
 }
@@ -71,55 +88,44 @@ pub fn conclude(
     let summary = summarise(plan, &metrics, outcome, started, clock.elapsed().as_secs_f64());
     let html = crate::report::html::render(&summary, &metrics).context("rendering report.html")?;
     let config = resolved_config(plan).context("writing config.toml")?;
-    write_run(&plan.out, plan.args.force, &RunFiles { summary: &summary, metrics: &metrics, html, config })?;
-    Ok(RunOutput { summary, metrics })
+    write_run(&plan.out, plan.force, &RunFiles { summary: &summary, metrics: &metrics, html, config })?;
+    Ok(RunOutput { summary })
 }
 
 /// The settings block of summary.json.
 pub fn settings(plan: &Plan) -> Settings {
-    let a = &plan.args;
     let r = plan.router.reference;
     Settings {
         // With the health machine, a recovery policy or admission the cell
         // is a different system: `plb+suspicion+probation+modes`.
-        strategy: variant(a),
+        strategy: plan.variant(),
         mix: format!("{}:{}", plan.premium_pct, 100 - plan.premium_pct),
-        clients: a.common.clients,
-        replicas: a.common.replicas,
+        clients: plan.clients,
+        replicas: plan.replicas,
         reference: format!("{},{},{}", r[0], r[1], r[2]),
         split: format!("{}:{}", plan.router.split.0, plan.router.split.1),
         faults: plan.faults_name.clone(),
         workload: plan.workload.name.clone(),
-        cluster: a.common.cluster.name().into(),
-        seed: a.common.seed,
-        time_scale: a.common.time_scale,
+        cluster: plan.cluster.kind().name().into(),
+        seed: plan.seed,
+        time_scale: plan.time_scale,
         duration_s: plan.duration_s,
         theta: plan.router.theta,
         alpha: plan.router.alpha,
-        detection: match a.common.detection {
-            Detection::Probe => format!("probe every {} ms", a.common.probe_interval_ms),
-            Detection::Oracle => "oracle".into(),
-            Detection::Suspicion => format!("suspicion state machine, probe every {} ms", a.common.probe_interval_ms),
-        },
-        admission: a.admission.name().into(),
-        recovery: a.recovery.name().into(),
+        detection: detection(plan),
+        admission: plan.admission.name().into(),
+        recovery: plan.recovery.name().into(),
     }
 }
 
-/// The strategy with the layers that change it, as cells and folders name it:
-/// `plb`, `plb+suspicion`, `plb+probation`, `plb+suspicion+probation+modes`, ...
-pub fn variant(a: &crate::cli::RunArgs) -> String {
-    let mut name = a.strategy.to_string();
-    if a.common.detection == Detection::Suspicion {
-        name.push_str("+suspicion");
+/// summary.json's `detection`: the detector and its probe interval.
+fn detection(plan: &Plan) -> String {
+    let every = plan.probe_interval.map_or(0, |d| d.as_millis());
+    match plan.detection {
+        Detection::Probe => format!("probe every {every} ms"),
+        Detection::Oracle => "oracle".into(),
+        Detection::Suspicion => format!("suspicion state machine, probe every {every} ms"),
     }
-    if a.recovery != crate::core::watch::Recovery::None {
-        name = format!("{name}+{}", a.recovery.name());
-    }
-    if a.admission != crate::cli::Admission::None {
-        name = format!("{name}+{}", a.admission.name());
-    }
-    name
 }
 
 fn environment(plan: &Plan, outcome: &BackendOutcome, started: chrono::DateTime<chrono::Utc>) -> Environment {
@@ -132,7 +138,7 @@ fn environment(plan: &Plan, outcome: &BackendOutcome, started: chrono::DateTime<
         postgres_version: outcome.postgres_version.clone(),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         memory_gib: (sys.total_memory() as f64 / (1u64 << 30) as f64 * 10.0).round() / 10.0,
-        cpu_budget_cores: plan.args.common.cpus,
+        cpu_budget_cores: plan.cpus,
         cpu_budget_enforced: outcome.cpu_budget_enforced,
         started_utc: started.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
     }
@@ -175,7 +181,7 @@ fn summarise(
         accounting,
         verdicts,
         wall_s: (wall_s * 1000.0).round() / 1000.0,
-        interrupted_by: outcome.interrupted_by.clone(),
+        interrupted_by: outcome.interrupted_by,
         stop_overrun_s: outcome.stop_overrun_s.map(|s| (s * 1000.0).round() / 1000.0),
         recovery: crate::core::recovery::of_run(&plan.faults, m, plan.router.replicas),
         detector: Some(crate::core::recovery::suspicions_of_run(&plan.faults, m, plan.router.replicas)),
@@ -186,7 +192,7 @@ fn summarise(
 /// `--admission modes`: time in each mode, transitions and rejections per
 /// class, from the run's `mode` events and phase rows (informational).
 fn degradation_verdict(plan: &Plan, m: &RunMetrics) -> Option<Verdict> {
-    if plan.args.admission == crate::cli::Admission::None {
+    if plan.admission == Admission::None {
         return None;
     }
     let spans = crate::report::charts::mode_spans(&m.events, plan.duration_s);

@@ -19,7 +19,7 @@
 //! less than 0.05. Without a selector the expression applies to every cell
 //! of the baseline (every strategy, mix and fault preset of an experiment).
 
-use crate::compare::model::{partner, relative_change, Folder, Metric, Selection};
+use super::model::{partner, relative_change, Folder, Metric, Selection};
 use crate::core::model::Class;
 use crate::core::phases::WARMUP;
 use serde::Serialize;
@@ -376,7 +376,7 @@ impl fmt::Display for Check {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compare::model::{Cell, Info, Kind, Value};
+    use crate::commands::compare::model::{Cell, Info, Kind, Value};
 
     fn t(s: &str) -> Threshold {
         Threshold::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"))

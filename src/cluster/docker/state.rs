@@ -1,18 +1,16 @@
 //! The docker backend's saved state and small pieces around it: the state
 //! file (`<state_dir>/cluster.json`, mode 0600, holding the generated
 //! password, so it is never put in a label, an environment variable or a
-//! log), object names and labels, the engine connection, and the tiny tar
+//! log), object names, and the tiny tar
 //! archive that carries the password file into the template container.
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::docker::{DockerError, LABEL_CLUSTER, LABEL_KIND, LABEL_MANAGED, LABEL_REPLICA};
+use super::api::{DockerError, LABEL_CLUSTER, LABEL_KIND, LABEL_MANAGED, LABEL_REPLICA};
 
 /// The generated password: never shown by `Debug`.
 #[derive(Clone, Serialize, Deserialize)]
@@ -78,17 +76,9 @@ pub(super) fn read(dir: &Path) -> Result<Option<State>, DockerError> {
 pub(super) fn write(dir: &Path, s: &State) -> Result<(), DockerError> {
     fs::create_dir_all(dir).map_err(|e| DockerError::Io(format!("creating {}", dir.display()), e))?;
     let path = dir.join(STATE_FILE);
-    let tmp = dir.join(format!("{STATE_FILE}.tmp"));
     let text = serde_json::to_string_pretty(s).map_err(|e| DockerError::State(path.clone(), e))?;
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| DockerError::Io(format!("writing {}", tmp.display()), e))?;
-    f.write_all(text.as_bytes()).map_err(|e| DockerError::Io(format!("writing {}", tmp.display()), e))?;
-    fs::rename(&tmp, &path).map_err(|e| DockerError::Io(format!("writing {}", path.display()), e))
+    crate::fsutil::write_atomic(&path, text, 0o600)
+        .map_err(|e| DockerError::Io(format!("writing {}", path.display()), e))
 }
 
 /// Removes the state file (and the directory when empty).
@@ -100,7 +90,7 @@ pub(super) fn remove(dir: &Path) {
 /// Where docker clusters keep their state: `docker` beside the local
 /// backend's directory (`run` clusters use `docker-run`).
 pub fn default_state_dir() -> PathBuf {
-    super::local::default_state_dir().with_file_name("docker")
+    crate::cluster::local::default_state_dir().with_file_name("docker")
 }
 
 /// Labels of an object of `kind` in cluster `id` (replica `r` if any).
@@ -156,7 +146,7 @@ pub(super) fn tar(files: &[(&str, u32, &[u8])]) -> Vec<u8> {
         field(&mut h, 124, 12, format!("{:011o}\0", data.len()).as_bytes());
         field(&mut h, 136, 12, b"00000000000\0");
         h[156] = b'0';
-        field(&mut h, 257, 8, b"ustar\000");
+        field(&mut h, 257, 8, b"ustar\x0000");
         h[148..156].fill(b' ');
         let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
         field(&mut h, 148, 8, format!("{sum:06o}\0 ").as_bytes());

@@ -1,61 +1,30 @@
 //! Glue between a plan and the cluster backends: builds the client scripts
 //! and router, runs the sessions on the simulator or a real cluster, and
-//! returns the filled collector with what the backend observed.
+//! returns the filled collector with what the backend observed. Part of the
+//! run command: no backend imports it; they return a [`BackendOutcome`]
+//! from the core.
 
-use crate::cli::{Admission, ClusterKind, Detection};
+use super::plan::{ClusterSpec, ExternalSpec, Plan};
 use crate::cluster::external::{ClusterFile, ExternalCluster};
 use crate::cluster::local::{default_state_dir, LocalCluster, LocalOptions};
 use crate::cluster::{docker, Cluster, DockerCluster, DockerOptions, Fault};
-use crate::core::admission::Gate;
+use crate::commands::cluster::running;
+use crate::commands::signals::catch_signals;
 use crate::core::metrics::Collector;
+use crate::core::outcome::{BackendOutcome, Verdict};
 use crate::core::router::Router;
 use crate::core::saturation::GeneratorReport;
 use crate::core::schedule;
-use crate::core::watch::Watch;
+use crate::core::settings::{ClusterKind, Named};
 use crate::driver::{self, DriverInput};
 use crate::error::Error;
-use crate::plan::Plan;
-use crate::report::summary::Verdict;
-use crate::run::BackendOutcome;
 use crate::sim::{self, SimInput};
 use anyhow::Context;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 fn clients(plan: &Plan) -> Vec<schedule::Client> {
-    schedule::clients(plan.args.common.clients, plan.premium_pct, plan.ramp_s, plan.args.common.seed)
-}
-
-/// The router's watch: the detector `--detection` names, `--recovery`'s
-/// policy, and the workload's `[health]` thresholds with the stability
-/// window scaled like the rest of the timeline.
-pub fn watch(plan: &Plan) -> Watch {
-    let mut cfg = plan.workload.health;
-    cfg.stability_window_s *= plan.args.common.time_scale;
-    let (k, recovery) = (plan.args.common.replicas, plan.args.recovery);
-    match plan.args.common.detection {
-        Detection::Oracle => Watch::oracle(k, recovery, cfg),
-        Detection::Probe => Watch::probe(k, recovery, cfg),
-        Detection::Suspicion => Watch::suspicion(k, recovery, cfg),
-    }
-}
-
-fn probe_interval(plan: &Plan) -> Option<Duration> {
-    match plan.args.common.detection {
-        Detection::Oracle => None,
-        Detection::Probe | Detection::Suspicion => Some(Duration::from_millis(plan.args.common.probe_interval_ms)),
-    }
-}
-
-/// The admission gate of `--admission modes`, if any.
-pub fn gate(plan: &Plan) -> Option<Gate> {
-    let d = &plan.workload.degradation;
-    let per_replica = match d.replica_sessions {
-        0 => plan.args.common.clients.div_ceil(plan.args.common.replicas as u32),
-        n => n,
-    };
-    (plan.args.admission == Admission::Modes).then(|| Gate::new(d.clone(), plan.args.common.time_scale, per_replica))
+    schedule::clients(plan.clients, plan.premium_pct, plan.ramp_s, plan.seed)
 }
 
 /// Runs the plan on the simulator.
@@ -66,11 +35,11 @@ pub fn run_sim(plan: &Plan, mut collector: Collector) -> (Collector, BackendOutc
             clients: clients(plan),
             router: Router::new(plan.router.clone()),
             faults: &plan.faults,
-            cpus: plan.args.common.cpus,
+            cpus: plan.cpus,
             duration_s: plan.duration_s,
-            probe_interval_s: probe_interval(plan).map_or(0.0, |d| d.as_secs_f64()),
-            watch: watch(plan),
-            gate: gate(plan),
+            probe_interval_s: plan.probe_interval.map_or(0.0, |d| d.as_secs_f64()),
+            watch: plan.watch.clone(),
+            gate: plan.gate.clone(),
         },
         &mut collector,
     );
@@ -79,9 +48,9 @@ pub fn run_sim(plan: &Plan, mut collector: Collector) -> (Collector, BackendOutc
 
 /// The cluster that `plbbench cluster up --backend KIND` left running, if
 /// any, checked to have K replicas.
-fn running(plan: &Plan, kind: ClusterKind) -> Result<Option<Cluster>, Error> {
-    let k = plan.args.common.replicas;
-    let Some(c) = crate::cluster_cmd::running(kind)? else { return Ok(None) };
+fn left_running(plan: &Plan, kind: ClusterKind) -> Result<Option<Cluster>, Error> {
+    let k = plan.replicas;
+    let Some(c) = running(kind)? else { return Ok(None) };
     if c.replicas() != k {
         return Err(Error::Input(format!(
             "--replicas: the running {} cluster has {} replicas, not {k} (run `plbbench cluster down --backend {}` first)",
@@ -98,7 +67,7 @@ fn running(plan: &Plan, kind: ClusterKind) -> Result<Option<Cluster>, Error> {
 /// directory has a fixed name, so a cluster orphaned by a killed run is
 /// removed by the next.
 fn start(plan: &Plan, kind: ClusterKind) -> Result<Cluster, Error> {
-    let (k, cpus, w) = (plan.args.common.replicas, plan.args.common.cpus, &plan.workload.dataset);
+    let (k, cpus, w) = (plan.replicas, plan.cpus, &plan.workload.dataset);
     eprintln!("plbbench: starting a {k}-replica {} PostgreSQL cluster (dataset scale {})", kind.name(), w.scale);
     if kind == ClusterKind::Docker {
         let state_dir = docker::default_state_dir().with_file_name("docker-run");
@@ -115,8 +84,7 @@ fn start(plan: &Plan, kind: ClusterKind) -> Result<Cluster, Error> {
 }
 
 /// The external cluster of `--dsn`/`--cluster-file`, its dataset checked.
-fn external_cluster(plan: &Plan) -> Result<ExternalCluster, Error> {
-    let x = &plan.args.external;
+fn external_cluster(plan: &Plan, x: &ExternalSpec) -> Result<ExternalCluster, Error> {
     let file = match &x.cluster_file {
         Some(p) => Some(ClusterFile::read(p).map_err(|e| Error::Input(format!("--cluster-file: {e}")))?),
         None => None,
@@ -126,45 +94,32 @@ fn external_cluster(plan: &Plan) -> Result<ExternalCluster, Error> {
         crate::cluster::ExternalError::Input(m) => Error::Input(m),
         other => Error::Run(anyhow::Error::new(other).context("opening the external cluster")),
     })?;
-    if c.replicas() != plan.args.common.replicas {
+    if c.replicas() != plan.replicas {
         return Err(Error::Input(format!(
             "--replicas: the external cluster has {} replicas, not {}",
             c.replicas(),
-            plan.args.common.replicas
+            plan.replicas
         )));
     }
     Ok(c)
-}
-
-/// From now on SIGINT and SIGTERM set the returned flag instead of killing
-/// plbbench, so a signal during cluster start-up still lets it tear the
-/// cluster down (the driver then listens for signals itself).
-pub fn catch_signals() -> Arc<AtomicBool> {
-    let flag = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        if let Err(e) = signal_hook::flag::register(sig, flag.clone()) {
-            eprintln!("plbbench: warning: cannot catch signal {sig}: {e}");
-        }
-    }
-    flag
 }
 
 /// Runs the plan on a real cluster of the plan's backend (local, docker or
 /// external).
 pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, BackendOutcome), Error> {
     let interrupted = catch_signals();
-    let metrics = match plan.args.metrics_addr {
+    let metrics = match plan.metrics_addr {
         Some(addr) => Some(
             crate::live_metrics::bind(addr)
                 .map_err(|e| Error::Input(format!("--metrics-addr: cannot listen on {addr}: {e}")))?,
         ),
         None => None,
     };
-    let cluster = match plan.args.common.cluster {
-        ClusterKind::External => Cluster::External(external_cluster(plan)?),
-        kind => match running(plan, kind)? {
+    let cluster = match &plan.cluster {
+        ClusterSpec::External(x) => Cluster::External(external_cluster(plan, x)?),
+        spec => match left_running(plan, spec.kind())? {
             Some(c) => c,
-            None => start(plan, kind)?,
+            None => start(plan, spec.kind())?,
         },
     };
     if interrupted.load(Ordering::SeqCst) {
@@ -188,13 +143,13 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
         workload: Arc::new(plan.workload.clone()),
         clients: clients(plan),
         router: Router::new(plan.router.clone()),
-        watch: watch(plan),
+        watch: plan.watch.clone(),
         faults: plan.faults.clone(),
         duration_s: plan.duration_s,
-        probe_interval: probe_interval(plan),
-        progress: !plan.args.common.quiet,
-        cpus: plan.args.common.cpus,
-        gate: gate(plan),
+        probe_interval: plan.probe_interval,
+        progress: plan.progress,
+        cpus: plan.cpus,
+        gate: plan.gate.clone(),
         metrics,
     };
     let (mut collector, out) = runtime.block_on(driver::run(input, cluster.clone(), collector));
@@ -204,7 +159,7 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
         collector.truncate(t);
     }
     drop(runtime);
-    let mut cluster = Arc::try_unwrap(cluster).ok().expect("no task holds the cluster").into_inner().expect("lock");
+    let mut cluster = Arc::try_unwrap(cluster).expect("no task holds the cluster").into_inner().expect("lock");
     if cluster.is_persistent() {
         heal(&mut cluster, plan, out.interrupted_s);
     }
@@ -218,7 +173,7 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
             .chain(out.generator.as_ref().map(generator_verdict))
             .chain(cpu_verdict)
             .collect(),
-        interrupted_by: out.signal.map(String::from),
+        interrupted_by: out.signal,
         stop_overrun_s: Some(overrun_s),
         generator: out.generator,
     };
@@ -249,8 +204,8 @@ fn generator_verdict(g: &GeneratorReport) -> Verdict {
 /// and a slow one given its full budget C back.
 fn heal(cluster: &mut Cluster, plan: &Plan, until_s: Option<f64>) {
     let applied: Vec<_> = plan.faults.iter().filter(|e| until_s.is_none_or(|t| e.t_s <= t)).copied().collect();
-    for (r, a) in crate::core::faults::undo(&applied, plan.args.common.replicas) {
-        if let Err(e) = cluster.apply(r, Fault::of(a, plan.args.common.cpus)) {
+    for (r, a) in crate::core::faults::undo(&applied, plan.replicas) {
+        if let Err(e) = cluster.apply(r, Fault::of(a, plan.cpus)) {
             eprintln!("plbbench: warning: could not restore r{} ({a}): {e}", r + 1);
         }
     }

@@ -1,0 +1,200 @@
+//! The flags of `plbbench run`, shared with `plbbench experiment` (clap
+//! derive), and the clap side of the domain's closed sets: the core's
+//! enums carry their names, this module adds each value's help text, so the
+//! core never depends on clap. Parsing only: [`super::plan`] turns these raw
+//! values into a validated plan, so every flag's default and help live here
+//! and every cross-field rule lives there.
+
+use crate::core::router::Strategy;
+use crate::core::settings::{Admission, ClusterKind, Detection, Named};
+use crate::core::watch::Recovery;
+use clap::builder::PossibleValue;
+use clap::{Args, Parser, ValueEnum};
+use std::path::PathBuf;
+
+/// `plbbench run`.
+#[derive(Debug, Args, Clone)]
+pub struct RunArgs {
+    /// Routing strategy.
+    #[arg(long, value_enum, default_value = "plb")]
+    pub strategy: Strategy,
+    /// Premium:Freemium client mix in percent, summing to 100.
+    #[arg(long, default_value = "25:75", value_name = "P:F", allow_hyphen_values = true)]
+    pub mix: String,
+    /// Fault preset (premium-fault, cascade, gray-pause, slow-replica, flapping, none) or a fault schedule file [default: the workload's, premium-fault].
+    #[arg(long, value_name = "PRESET|FILE")]
+    pub faults: Option<String>,
+    /// Run folder [default: reports/<utc-timestamp>-<strategy>-<mix>-<cluster>].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Overwrite an existing run folder.
+    #[arg(long)]
+    pub force: bool,
+    /// Admission layer in front of the strategy.
+    #[arg(long, value_enum, default_value = "none")]
+    pub admission: Admission,
+    /// What plb does with a replica that comes back: none (the paper: full share at once) or probation (Premium at once, Freemium ramped in over the workload's health.stability_window_s).
+    #[arg(long, value_enum, default_value = "none")]
+    pub recovery: Recovery,
+    /// Serve Prometheus metrics at this address during a real run (e.g. 127.0.0.1:9464).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Where an external cluster is.
+    #[command(flatten)]
+    pub external: ExternalArgs,
+    /// Settings shared with `plbbench experiment`.
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+/// `--cluster external`: where the replicas are and how to fault them.
+#[derive(Debug, Args, Clone, Default)]
+pub struct ExternalArgs {
+    /// libpq DSN of one replica, in order r1, r2, ... (repeat the flag; before the cluster file's).
+    #[arg(long = "dsn", value_name = "DSN")]
+    pub dsns: Vec<String>,
+    /// Cluster file (TOML): `dsns` and per-action fault commands (see the README).
+    #[arg(long, value_name = "FILE")]
+    pub cluster_file: Option<PathBuf>,
+    /// Load the dataset on every external replica instead of only checking it.
+    #[arg(long)]
+    pub load_dataset: bool,
+}
+
+/// Settings shared by `run` and `experiment`.
+#[derive(Debug, Args, Clone)]
+pub struct CommonArgs {
+    /// Number of clients T.
+    #[arg(long = "T", visible_alias = "clients", default_value_t = 1000, value_name = "N")]
+    pub clients: u32,
+    /// Number of replicas K.
+    #[arg(long, default_value_t = 5, value_name = "K")]
+    pub replicas: usize,
+    /// PLB reference role split P,M,F (sum K).
+    #[arg(long, default_value = "2,1,2", value_name = "P,M,F")]
+    pub reference: String,
+    /// rr-split partition sizes Premium:Freemium (sum K).
+    #[arg(long, default_value = "3:2", value_name = "R:F")]
+    pub split: String,
+    /// Workload file [default: workloads/analytics.toml, built in].
+    #[arg(long, value_name = "FILE")]
+    pub workload: Option<PathBuf>,
+    /// Cluster backend.
+    #[arg(long, value_enum, default_value = "local")]
+    pub cluster: ClusterKind,
+    /// Seed of the client schedule (an experiment's repeat k uses seed + k - 1).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Multiplies the timeline (ramp, fault times, run length, baseline window); 0.1 runs ten times faster.
+    #[arg(long, default_value_t = 1.0, value_name = "X", allow_hyphen_values = true)]
+    pub time_scale: f64,
+    /// CPU budget per replica in cores (C).
+    #[arg(long, default_value_t = 0.3, value_name = "C", allow_hyphen_values = true)]
+    pub cpus: f64,
+    /// How the router learns of faults.
+    #[arg(long, value_enum, default_value = "probe")]
+    pub detection: Detection,
+    /// Health probe interval in milliseconds.
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    pub probe_interval_ms: u64,
+    /// PLB admission threshold theta in sessions per replica [default: the workload's, 10].
+    #[arg(long, value_name = "N")]
+    pub theta: Option<u32>,
+    /// PLB ablation: Mixed admits only below theta too [default: the workload's, off].
+    #[arg(long)]
+    pub mixed_bounded: bool,
+    /// Also write queries.csv, one row per query.
+    #[arg(long)]
+    pub raw: bool,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// `plbbench run`'s defaults, from its own clap definition (so fields added
+/// to RunArgs later get their defaults here too).
+pub fn default_run_args() -> RunArgs {
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+    Wrap::try_parse_from(["plbbench"]).expect("run's flags all have defaults").run
+}
+
+/// The help of each value of a closed set, as `--help` lists it.
+trait Help: Named {
+    fn help(self) -> &'static str;
+}
+
+/// `ValueEnum` for the core's closed sets: their names and [`Help`].
+macro_rules! value_enum {
+    ($($t:ty),*) => {$(
+        impl ValueEnum for $t {
+            fn value_variants<'a>() -> &'a [Self] {
+                <$t as Named>::ALL
+            }
+            fn to_possible_value(&self) -> Option<PossibleValue> {
+                Some(PossibleValue::new(self.name()).help(self.help()))
+            }
+        }
+    )*};
+}
+
+value_enum!(Strategy, Recovery, ClusterKind, Detection, Admission);
+
+impl Help for Strategy {
+    fn help(self) -> &'static str {
+        match self {
+            Strategy::Plb => "The paper's policy: P/M/F roles, load-aware admission, repair-to-target",
+            Strategy::RrSplit => "Static per-class partitions (default 3RR+2RR), round robin inside each",
+            Strategy::Rr => "Shared round robin over all healthy replicas (5RR)",
+            Strategy::Lc => "Least active sessions over all healthy replicas (ablation)",
+        }
+    }
+}
+
+impl Help for Recovery {
+    fn help(self) -> &'static str {
+        match self {
+            Recovery::None => {
+                "The paper's behaviour: full share at once (after the health machine's probation, under `--detection suspicion`)"
+            }
+            Recovery::Probation => {
+                "Premium first: Premium may use the returning replica at once; its Freemium share ramps from 0 to 1 over the stability window"
+            }
+        }
+    }
+}
+
+impl Help for ClusterKind {
+    fn help(self) -> &'static str {
+        match self {
+            ClusterKind::Local => "PostgreSQL servers started by plbbench on this machine",
+            ClusterKind::Docker => "Containers through the Docker Engine API (DOCKER_HOST is honoured)",
+            ClusterKind::External => "An existing cluster given by --dsn or --cluster-file",
+            ClusterKind::Sim => "The discrete-event simulator",
+        }
+    }
+}
+
+impl Help for Detection {
+    fn help(self) -> &'static str {
+        match self {
+            Detection::Probe => "Health probes and connection errors, as a real middleware",
+            Detection::Oracle => "The router is told at the instant of the fault (ablation)",
+            Detection::Suspicion => {
+                "Probes, connection errors and query latency through the health state machine: SUSPECT and DEGRADED replicas get a reduced share of new sessions, ISOLATED none, RECOVERING a probation share (thresholds: the workload's `[health]`)"
+            }
+        }
+    }
+}
+
+impl Help for Admission {
+    fn help(self) -> &'static str {
+        match self {
+            Admission::None => "Every session goes straight to the router",
+            Admission::Modes => "Degradation modes with priority admission (the workload's `[degradation]`)",
+        }
+    }
+}

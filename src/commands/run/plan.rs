@@ -1,0 +1,418 @@
+//! One conversion from the raw flags of `plbbench run` into a validated
+//! plan of final values (design.md §8.2): the domain's own enums, the
+//! workload, the scaled fault schedule, the phases, the router, the watch
+//! and the gate, and the cluster to run on. Every bad input is refused
+//! here, once, before any server starts or any file is written; nothing
+//! reads the flags after the plan is built.
+
+use super::args::{CommonArgs, ExternalArgs, RunArgs};
+use crate::core::admission::Gate;
+use crate::core::faults::{self, Timeline};
+use crate::core::model::{Action, FaultEvent};
+use crate::core::phases::{self, Phase};
+use crate::core::roles::RoleVector;
+use crate::core::router::{RouterConfig, Strategy};
+use crate::core::settings::{Admission, ClusterKind, Detection, Named};
+use crate::core::watch::{Recovery, Watch};
+use crate::core::workload::Workload;
+use crate::error::{input, Error};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The built-in default workload (`workloads/analytics.toml`).
+pub const DEFAULT_WORKLOAD: &str = include_str!("../../../workloads/analytics.toml");
+
+/// Where the sessions run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClusterSpec {
+    /// The discrete-event simulator.
+    Sim,
+    /// A cluster of PostgreSQL servers on this machine.
+    Local,
+    /// A cluster of containers through the Docker Engine API.
+    Docker,
+    /// An existing cluster.
+    External(ExternalSpec),
+}
+
+/// `--cluster external`: where the replicas are.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExternalSpec {
+    /// One DSN per replica, in order (before the cluster file's).
+    pub dsns: Vec<String>,
+    /// Cluster file with DSNs and fault commands.
+    pub cluster_file: Option<PathBuf>,
+    /// Load the dataset instead of only checking it.
+    pub load_dataset: bool,
+}
+
+impl ClusterSpec {
+    /// The backend's kind.
+    pub fn kind(&self) -> ClusterKind {
+        match self {
+            ClusterSpec::Sim => ClusterKind::Sim,
+            ClusterSpec::Local => ClusterKind::Local,
+            ClusterSpec::Docker => ClusterKind::Docker,
+            ClusterSpec::External(_) => ClusterKind::External,
+        }
+    }
+}
+
+/// A validated run: final values only.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Routing strategy (also in `router`).
+    pub strategy: Strategy,
+    /// How the router learns of faults.
+    pub detection: Detection,
+    /// What plb does with a returning replica.
+    pub recovery: Recovery,
+    /// What stands in front of the strategy.
+    pub admission: Admission,
+    /// Premium percentage of the mix.
+    pub premium_pct: u32,
+    /// Number of clients T.
+    pub clients: u32,
+    /// Number of replicas K (also in `router`).
+    pub replicas: usize,
+    /// Seed of the client schedule.
+    pub seed: u64,
+    /// Timeline multiplier.
+    pub time_scale: f64,
+    /// CPU budget per replica C, cores.
+    pub cpus: f64,
+    /// Health probe interval; `None` under oracle detection (no probes).
+    pub probe_interval: Option<Duration>,
+    /// The workload, with `--theta` and `--mixed-bounded` applied.
+    pub workload: Workload,
+    /// Fault preset name or file path.
+    pub faults_name: String,
+    /// Fault schedule, scaled.
+    pub faults: Vec<FaultEvent>,
+    /// Phases of the run.
+    pub phases: Vec<Phase>,
+    /// Router settings.
+    pub router: RouterConfig,
+    /// The router's watch, fresh: the detector, the recovery policy and the
+    /// workload's health thresholds with the stability window scaled.
+    pub watch: Watch,
+    /// `--admission modes`: the admission gate, fresh.
+    pub gate: Option<Gate>,
+    /// Scaled ramp.
+    pub ramp_s: f64,
+    /// Scaled run length.
+    pub duration_s: f64,
+    /// Where the sessions run.
+    pub cluster: ClusterSpec,
+    /// Serve Prometheus metrics here during a real run.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Also write queries.csv.
+    pub raw: bool,
+    /// Show a progress bar.
+    pub progress: bool,
+    /// Replace an existing run folder.
+    pub force: bool,
+    /// Where the run folder goes.
+    pub out: PathBuf,
+}
+
+/// Parses `P:F` percentages summing to 100; returns P.
+pub fn parse_mix(s: &str) -> Result<u32, Error> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let bad = || input("--mix", format!("`{s}` is not P:F with two whole percentages summing to 100 (e.g. 25:75)"));
+    if parts.len() != 2 {
+        return Err(bad());
+    }
+    let p: i64 = parts[0].trim().parse().map_err(|_| bad())?;
+    let f: i64 = parts[1].trim().parse().map_err(|_| bad())?;
+    if p < 0 || f < 0 {
+        return Err(input("--mix", format!("`{s}` has a negative part")));
+    }
+    if p + f != 100 {
+        return Err(input("--mix", format!("`{s}` sums to {}, not 100", p + f)));
+    }
+    Ok(p as u32)
+}
+
+/// Parses `n1<sep>n2...` into exactly `count` whole numbers summing to `k`.
+fn parse_parts(field: &str, s: &str, sep: char, count: usize, k: usize) -> Result<Vec<usize>, Error> {
+    let parts: Result<Vec<usize>, _> = s.split(sep).map(|p| p.trim().parse::<usize>()).collect();
+    let parts = parts.map_err(|_| input(field, format!("`{s}` is not {count} whole numbers separated by `{sep}`")))?;
+    if parts.len() != count {
+        return Err(input(field, format!("`{s}` has {} parts, expected {count}", parts.len())));
+    }
+    let sum: usize = parts.iter().sum();
+    if sum != k {
+        return Err(input(field, format!("`{s}` sums to {sum}, but there are {k} replicas")));
+    }
+    Ok(parts)
+}
+
+/// Parses a `P,M,F` reference split whose sum is `k`.
+pub fn parse_reference(s: &str, k: usize) -> Result<RoleVector, Error> {
+    let v = parse_parts("--reference", s, ',', 3, k)?;
+    Ok([v[0], v[1], v[2]])
+}
+
+/// Parses a reference split whose sum defines K (for `plbbench roles`).
+pub fn parse_reference_any(s: &str) -> Result<RoleVector, Error> {
+    let sum = s.split(',').filter_map(|p| p.trim().parse::<usize>().ok()).sum();
+    let v = parse_reference(s, sum)?;
+    if sum == 0 {
+        return Err(input("--reference", "the split must name at least one replica"));
+    }
+    Ok(v)
+}
+
+/// Reads a file as UTF-8 text, naming the field on failure.
+pub fn read_text(field: &str, path: &Path) -> Result<String, Error> {
+    let bytes = std::fs::read(path).map_err(|e| input(field, format!("cannot read {}: {e}", path.display())))?;
+    String::from_utf8(bytes).map_err(|_| input(field, format!("{} is not UTF-8 text", path.display())))
+}
+
+/// Loads the workload named by `--workload`, or the built-in default.
+pub fn load_workload(path: Option<&Path>) -> Result<Workload, Error> {
+    let (name, text) = match path {
+        Some(p) => (p.display().to_string(), read_text("--workload", p)?),
+        None => ("workloads/analytics.toml".to_string(), DEFAULT_WORKLOAD.to_string()),
+    };
+    Workload::parse(&text).map_err(|e| input("--workload", format!("{name}: {e}")))
+}
+
+impl Plan {
+    /// Validates `args` into a plan.
+    pub fn new(args: RunArgs) -> Result<Plan, Error> {
+        let c = &args.common;
+        let premium_pct = parse_mix(&args.mix)?;
+        let (reference, split) = check_numbers(c)?;
+        if args.recovery != Recovery::None && args.strategy != Strategy::Plb {
+            return Err(input(
+                "--recovery",
+                format!("{} is a plb policy; --strategy is {}", args.recovery.name(), args.strategy),
+            ));
+        }
+        if c.detection != Detection::Oracle && c.probe_interval_ms == 0 {
+            return Err(input("--probe-interval-ms", "must be at least 1"));
+        }
+        let mut workload = load_workload(c.workload.as_deref())?;
+        if let Some(theta) = c.theta {
+            if theta == 0 {
+                return Err(input("--theta", "must be at least 1"));
+            }
+            workload.router.theta = theta;
+        }
+        workload.router.mixed_bounded |= c.mixed_bounded;
+        let faults_name = args.faults.clone().unwrap_or_else(|| workload.run.faults.clone());
+        let events = fault_events(&faults_name, &workload, c.replicas)?;
+        if c.cluster == ClusterKind::Local {
+            refuse_partition_on_local(&faults_name, &events)?;
+        }
+        let x = c.time_scale;
+        let faults = faults::scaled(&events, x);
+        let (ramp_s, duration_s) = (workload.arrival.ramp_s * x, workload.run.duration_s * x);
+        let phases = phases::cut(&faults, c.replicas, ramp_s, workload.run.baseline_s * x, duration_s);
+        let router = RouterConfig {
+            strategy: args.strategy,
+            replicas: c.replicas,
+            reference,
+            split: (split[0], split[1]),
+            theta: workload.router.theta,
+            alpha: workload.router.alpha,
+            mixed_bounded: workload.router.mixed_bounded,
+        };
+        let out = out_dir(&args)?;
+        let cluster = cluster_spec(&args)?;
+        Ok(Plan {
+            strategy: args.strategy,
+            detection: c.detection,
+            recovery: args.recovery,
+            admission: args.admission,
+            premium_pct,
+            clients: c.clients,
+            replicas: c.replicas,
+            seed: c.seed,
+            time_scale: x,
+            cpus: c.cpus,
+            probe_interval: (c.detection != Detection::Oracle).then(|| Duration::from_millis(c.probe_interval_ms)),
+            watch: watch(&workload, c.detection, c.replicas, args.recovery, x),
+            gate: gate(&workload, args.admission, c.clients, c.replicas, x),
+            faults_name,
+            faults,
+            phases,
+            router,
+            ramp_s,
+            duration_s,
+            workload,
+            cluster,
+            metrics_addr: args.metrics_addr,
+            raw: c.raw,
+            progress: !c.quiet,
+            force: args.force,
+            out,
+        })
+    }
+
+    /// Whether replica `r` is up throughout `phase` per the fault schedule
+    /// (a slow replica is up; a down, paused or partitioned one is not).
+    pub fn up_during(&self, phase: &Phase, r: usize) -> bool {
+        let before: Vec<FaultEvent> = self.faults.iter().filter(|e| e.t_s <= phase.start_s).copied().collect();
+        faults::replay(&before, self.replicas).get(r).is_none_or(|o| o.survivor())
+    }
+
+    /// The strategy with the layers that change it (see [`variant`]).
+    pub fn variant(&self) -> String {
+        variant(self.strategy, self.detection, self.recovery, self.admission)
+    }
+}
+
+/// The strategy with the layers that change it, as cells and folders name it:
+/// `plb`, `plb+suspicion`, `plb+probation`, `plb+suspicion+probation+modes`, ...
+pub fn variant(strategy: Strategy, detection: Detection, recovery: Recovery, admission: Admission) -> String {
+    let mut name = strategy.to_string();
+    if detection == Detection::Suspicion {
+        name.push_str("+suspicion");
+    }
+    if recovery != Recovery::None {
+        name = format!("{name}+{}", recovery.name());
+    }
+    if admission != Admission::None {
+        name = format!("{name}+{}", admission.name());
+    }
+    name
+}
+
+/// The counts and splits: T, K, the reference and rr-split partitions, the
+/// time scale and the CPU budget.
+fn check_numbers(c: &CommonArgs) -> Result<(RoleVector, Vec<usize>), Error> {
+    if c.clients == 0 {
+        return Err(input("--T", "must be at least 1 client"));
+    }
+    if c.replicas == 0 {
+        return Err(input("--replicas", "must be at least 1"));
+    }
+    let reference = parse_reference(&c.reference, c.replicas)?;
+    let split = parse_parts("--split", &c.split, ':', 2, c.replicas)?;
+    if !(c.time_scale.is_finite() && c.time_scale > 0.0) {
+        return Err(input("--time-scale", format!("must be a positive number, got {}", c.time_scale)));
+    }
+    if !(c.cpus.is_finite() && c.cpus > 0.0) {
+        return Err(input("--cpus", format!("must be a positive number of cores, got {}", c.cpus)));
+    }
+    Ok((reference, split))
+}
+
+/// The unscaled schedule of a preset or file.
+fn fault_events(name: &str, workload: &Workload, replicas: usize) -> Result<Vec<FaultEvent>, Error> {
+    let text = match faults::preset(name) {
+        Some(t) => t.to_string(),
+        None if Path::new(name).exists() => read_text("--faults", Path::new(name))?,
+        None => {
+            return Err(input(
+                "--faults",
+                format!("`{name}` is neither a preset ({}) nor a file", faults::PRESETS.join(", ")),
+            ))
+        }
+    };
+    let timeline = Timeline {
+        replicas,
+        ramp_s: workload.arrival.ramp_s,
+        baseline_s: workload.run.baseline_s,
+        duration_s: workload.run.duration_s,
+    };
+    faults::parse(&text, timeline).map_err(|e| input("--faults", format!("{name}: {e}")))
+}
+
+/// `--out`, or `reports/<utc-timestamp>-<strategy>-<mix>-<cluster>`; an
+/// existing folder only with `--force`.
+fn out_dir(args: &RunArgs) -> Result<PathBuf, Error> {
+    let out = match &args.out {
+        Some(p) => p.clone(),
+        None => PathBuf::from("reports").join(format!(
+            "{}-{}-{}-{}",
+            chrono::Utc::now().format("%Y%m%dT%H%M%SZ"),
+            args.strategy,
+            args.mix.replace(':', "-"),
+            args.common.cluster.name()
+        )),
+    };
+    if out.exists() && !args.force {
+        return Err(input("--out", format!("{} already exists (use --force to replace it)", out.display())));
+    }
+    Ok(out)
+}
+
+/// The cluster to run on, with the flags only some backends take refused
+/// on the others.
+fn cluster_spec(args: &RunArgs) -> Result<ClusterSpec, Error> {
+    let kind = args.common.cluster;
+    if args.metrics_addr.is_some() && kind == ClusterKind::Sim {
+        return Err(input("--metrics-addr", "the simulator runs in virtual time; serve metrics from a real run"));
+    }
+    let ExternalArgs { dsns, cluster_file, load_dataset } = args.external.clone();
+    let external = kind == ClusterKind::External;
+    if external && dsns.is_empty() && cluster_file.is_none() {
+        return Err(input("--dsn", "`--cluster external` needs --dsn (once per replica) or --cluster-file"));
+    }
+    if !external && (!dsns.is_empty() || cluster_file.is_some() || load_dataset) {
+        return Err(input("--dsn", "--dsn, --cluster-file and --load-dataset need `--cluster external`"));
+    }
+    Ok(match kind {
+        ClusterKind::Sim => ClusterSpec::Sim,
+        ClusterKind::Local => ClusterSpec::Local,
+        ClusterKind::Docker => ClusterSpec::Docker,
+        ClusterKind::External => ClusterSpec::External(ExternalSpec { dsns, cluster_file, load_dataset }),
+    })
+}
+
+/// The router's watch: the detector `--detection` names, `--recovery`'s
+/// policy, and the workload's `[health]` thresholds with the stability
+/// window scaled like the rest of the timeline.
+fn watch(w: &Workload, detection: Detection, k: usize, recovery: Recovery, time_scale: f64) -> Watch {
+    let mut cfg = w.health;
+    cfg.stability_window_s *= time_scale;
+    match detection {
+        Detection::Oracle => Watch::oracle(k, recovery, cfg),
+        Detection::Probe => Watch::probe(k, recovery, cfg),
+        Detection::Suspicion => Watch::suspicion(k, recovery, cfg),
+    }
+}
+
+/// The admission gate of `--admission modes`, if any.
+fn gate(w: &Workload, admission: Admission, clients: u32, replicas: usize, time_scale: f64) -> Option<Gate> {
+    let d = &w.degradation;
+    let per_replica = match d.replica_sessions {
+        0 => clients.div_ceil(replicas as u32),
+        n => n,
+    };
+    (admission == Admission::Modes).then(|| Gate::new(d.clone(), time_scale, per_replica))
+}
+
+/// The local backend has no network of its own to cut: a schedule that
+/// partitions a replica is refused before anything starts.
+fn refuse_partition_on_local(name: &str, events: &[FaultEvent]) -> Result<(), Error> {
+    match events.iter().position(|e| matches!(e.action, Action::Partition | Action::Heal)) {
+        Some(i) => Err(input(
+            "--faults",
+            format!("{name}: event[{i}]: the local backend cannot partition a replica (use --cluster docker, external or sim)"),
+        )),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_refuses_a_partition_naming_the_event() {
+        let ev = |t_s, action| FaultEvent { t_s, replica: 0, action };
+        let ok = [ev(1.0, Action::Slow(0.5)), ev(2.0, Action::Restore), ev(3.0, Action::Pause)];
+        assert!(refuse_partition_on_local("x", &ok).is_ok());
+        let cut = [ev(1.0, Action::Slow(0.5)), ev(2.0, Action::Partition), ev(3.0, Action::Heal)];
+        let e = refuse_partition_on_local("cut.toml", &cut).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        let msg = e.to_string();
+        assert!(msg.starts_with("--faults: cut.toml: event[1]: the local backend cannot partition"), "{msg}");
+    }
+}
