@@ -7,6 +7,7 @@ use crate::cluster::external::{ClusterFile, ExternalCluster};
 use crate::cluster::local::{default_state_dir, LocalCluster, LocalOptions};
 use crate::cluster::{docker, Cluster, DockerCluster, DockerOptions, Fault};
 use crate::core::admission::Gate;
+use crate::core::control::Controller;
 use crate::core::metrics::Collector;
 use crate::core::router::Router;
 use crate::core::saturation::GeneratorReport;
@@ -58,19 +59,23 @@ pub fn gate(plan: &Plan) -> Option<Gate> {
     (plan.args.admission == Admission::Modes).then(|| Gate::new(d.clone(), plan.args.common.time_scale, per_replica))
 }
 
+/// The run controller for the plan: a fresh router, its watch and gate.
+pub fn control(plan: &Plan) -> Controller {
+    let timeout_ms = plan.workload.client.query_timeout_ms as f64;
+    Controller::new(Router::new(plan.router.clone()), watch(plan), gate(plan), plan.args.common.cpus, timeout_ms)
+}
+
 /// Runs the plan on the simulator.
 pub fn run_sim(plan: &Plan, mut collector: Collector) -> (Collector, BackendOutcome) {
     let out = sim::run(
         SimInput {
             workload: &plan.workload,
             clients: clients(plan),
-            router: Router::new(plan.router.clone()),
+            control: control(plan),
             faults: &plan.faults,
             cpus: plan.args.common.cpus,
             duration_s: plan.duration_s,
             probe_interval_s: probe_interval(plan).map_or(0.0, |d| d.as_secs_f64()),
-            watch: watch(plan),
-            gate: gate(plan),
         },
         &mut collector,
     );
@@ -187,14 +192,12 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
     let input = DriverInput {
         workload: Arc::new(plan.workload.clone()),
         clients: clients(plan),
-        router: Router::new(plan.router.clone()),
-        watch: watch(plan),
+        control: control(plan),
         faults: plan.faults.clone(),
         duration_s: plan.duration_s,
         probe_interval: probe_interval(plan),
         progress: !plan.args.common.quiet,
         cpus: plan.args.common.cpus,
-        gate: gate(plan),
         metrics,
     };
     let (mut collector, out) = runtime.block_on(driver::run(input, cluster.clone(), collector));

@@ -6,7 +6,7 @@
 //! in Rust (design.md §7), and the page references nothing on the network.
 
 use crate::core::metrics::{EventRow, PhaseRow, ReplicaCpu, RunMetrics};
-use crate::core::model::{replica_name, Class};
+use crate::core::model::{replica_name, Class, EventKind};
 use crate::core::phases::WARMUP;
 use crate::report::charts::{self, sig3, ChartError, Frame};
 use crate::report::summary::{Accounting, Summary, Verdict};
@@ -524,12 +524,12 @@ fn event_views(events: &[EventRow]) -> Vec<EventView> {
         .into_iter()
         .map(|e| {
             let mut delay = None;
-            match e.kind.as_str() {
-                "fault" => {
+            match e.kind {
+                EventKind::Fault => {
                     pending.retain(|p| p.0 != e.replica);
                     pending.push((&e.replica, e.t_s));
                 }
-                "detect" => {
+                EventKind::Detect => {
                     if let Some(i) = pending.iter().position(|p| p.0 == e.replica) {
                         delay = Some(e.t_s - pending.remove(i).1);
                     }
@@ -538,7 +538,7 @@ fn event_views(events: &[EventRow]) -> Vec<EventView> {
             }
             EventView {
                 t: format!("{:.2}", e.t_s),
-                kind: e.kind.clone(),
+                kind: e.kind.to_string(),
                 replica: if e.replica.is_empty() { DASH.into() } else { e.replica.clone() },
                 detail: e.detail.clone(),
                 delay: delay.map_or(DASH.into(), duration),
@@ -645,8 +645,8 @@ mod tests {
         rows
     }
 
-    fn event(t_s: f64, kind: &str, replica: &str, detail: &str) -> EventRow {
-        EventRow { t_s, kind: kind.into(), replica: replica.into(), detail: detail.into() }
+    fn event(t_s: f64, kind: EventKind, replica: &str, detail: &str) -> EventRow {
+        EventRow { t_s, kind, replica: replica.into(), detail: detail.into() }
     }
 
     fn synthetic(partial: bool, workload: &str) -> (Summary, RunMetrics) {
@@ -664,12 +664,12 @@ mod tests {
             })
             .collect();
         let events = vec![
-            event(90.0, "fault", "r1", "Down"),
-            event(90.5, "detect", "r1", "probe failed"),
-            event(90.5, "role", "r3", "M -> P"),
-            event(150.0, "fault", "r1", "Rejoin"),
-            event(150.75, "detect", "r1", "probe ok"),
-            event(150.75, "role", "r1", "enters as M"),
+            event(90.0, EventKind::Fault, "r1", "Down"),
+            event(90.5, EventKind::Detect, "r1", "probe failed"),
+            event(90.5, EventKind::Role, "r3", "M -> P"),
+            event(150.0, EventKind::Fault, "r1", "Rejoin"),
+            event(150.75, EventKind::Detect, "r1", "probe ok"),
+            event(150.75, EventKind::Role, "r1", "enters as M"),
         ];
         let replica_cpu = PHASES
             .iter()
@@ -734,7 +734,7 @@ mod tests {
             ],
             phases,
             replica_cpu,
-            fault_events: events.into_iter().filter(|e| e.kind != "role").collect(),
+            fault_events: events.into_iter().filter(|e| e.kind != EventKind::Role).collect(),
             accounting: Class::ALL
                 .map(|class| Accounting {
                     class,
@@ -906,7 +906,7 @@ mod tests {
             [("fault", "–"), ("detect", "500 ms"), ("role", "–"), ("fault", "–"), ("detect", "750 ms"), ("role", "–")];
         assert_eq!(delays, want);
         // A detection without a fault of the same replica has no delay.
-        let ev = event_views(&[event(1.0, "fault", "r2", ""), event(2.0, "detect", "r3", "")]);
+        let ev = event_views(&[event(1.0, EventKind::Fault, "r2", ""), event(2.0, EventKind::Detect, "r3", "")]);
         assert_eq!(ev[1].delay, DASH);
     }
 
