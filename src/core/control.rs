@@ -449,7 +449,8 @@ mod tests {
             Controller::new(router, watch, None, CPUS, 1000.0)
         };
         // (detector, answer, healthy after one answer, first event)
-        let cases: [(fn() -> Controller, Result<f64, QueryError>, bool, Option<&str>); 6] = [
+        type Case = (fn() -> Controller, Result<f64, QueryError>, bool, Option<&'static str>);
+        let cases: [Case; 6] = [
             (probed, Err(QueryError::ConnectionLost), false, Some("down (connection error)")),
             (probed, Err(QueryError::Timeout), true, None),
             (probed, Ok(5.0), true, None),
