@@ -1,12 +1,15 @@
 //! Real client sessions (design.md §1, §4): T tokio tasks, one per client,
 //! each opening its own tokio-postgres connection on the replica the router
 //! chose, running its queries with think times, and reporting every query
-//! and session to one collector task over a channel. Alongside run a fault
-//! injector, health probes (the router is not told of faults unless
-//! `--detection oracle`) and a once-per-second CPU sampler, which also
-//! samples plbbench's own CPU for the generator saturation guard
-//! (`core::saturation`; every session start and query reports its schedule
-//! lag to it too).
+//! and session to one collector task over a channel. Every decision —
+//! routing, admission, detection, the degradation mode — is the run
+//! controller's (`core::control`, the simulator's too), kept behind one
+//! mutex: the tasks here tell it what they saw and carry out what it
+//! decides. Alongside run a fault injector, health probes (the router is
+//! not told of faults unless `--detection oracle`) and a once-per-second
+//! CPU sampler, which also samples plbbench's own CPU for the generator
+//! saturation guard (`core::saturation`; every session start and query
+//! reports its schedule lag to it too).
 //!
 //! Stopping: at the planned end every task stops at once and queries still
 //! running are dropped (so no phase counts work done after its end). The
@@ -20,19 +23,17 @@
 //! and a dropped query is never recorded.
 
 use crate::cluster::{Cluster, Fault};
-use crate::core::admission::{self, Decision, Gate};
-use crate::core::degradation::Load;
+use crate::core::control::{Admission, Admitted, ControlEvent, Controller};
 use crate::core::faults::Open;
 use crate::core::health::Evidence;
 use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
-use crate::core::model::{Class, FaultEvent, ReplicaId};
-use crate::core::router::Router;
+use crate::core::model::{AbortReason, Class, ConnectError, EventKind, FaultEvent, QueryError, ReplicaId};
 use crate::core::saturation::{GeneratorLoad, GeneratorReport};
 use crate::core::schedule::Client;
-use crate::core::watch::{Answers, Watch};
 use crate::core::workload::{QueryTemplate, Workload};
 use crate::error::Signal;
 use crate::live_metrics::{self, LiveMetrics};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -52,15 +53,13 @@ enum Msg {
     /// A session the router admitted: class, replica, run time.
     Started(Class, ReplicaId, f64),
     Ended(SessionRecord),
-    Event(f64, &'static str, Option<ReplicaId>, String),
+    /// An event row or admission record from the controller.
+    Control(ControlEvent),
     Sample(f64, Vec<ReplicaSample>),
     /// Schedule lag of a session start or query, seconds.
     Lag(f64),
     /// plbbench's cumulative CPU seconds at a run time, and sessions open.
     Generator(f64, f64, u64),
-    /// An admission decision: class, time, wait, from the queue, rejection.
-    Admission(Class, f64, f64, bool, Option<&'static str>),
-    Queued(Class),
 }
 
 /// Test-only knob (documented in the README's test section): busy-spin this
@@ -76,10 +75,9 @@ pub struct DriverInput {
     pub workload: Arc<Workload>,
     /// Client scripts.
     pub clients: Vec<Client>,
-    /// The router, fresh.
-    pub router: Router,
-    /// How the router learns of faults and treats returning replicas.
-    pub watch: Watch,
+    /// The run controller over a fresh router, its watch and the optional
+    /// admission gate (`--admission modes`).
+    pub control: Controller,
     /// Fault schedule, scaled.
     pub faults: Vec<FaultEvent>,
     /// Run length, seconds.
@@ -91,8 +89,6 @@ pub struct DriverInput {
     pub probe_interval: Option<Duration>,
     /// Show a progress bar.
     pub progress: bool,
-    /// `--admission modes`: the gate in front of the router.
-    pub gate: Option<Gate>,
     /// `--metrics-addr`: the bound listener to serve Prometheus metrics on.
     pub metrics: Option<std::net::TcpListener>,
 }
@@ -153,15 +149,20 @@ impl Signals {
     }
 }
 
+/// The run controller and the clients waiting for admission: one owner,
+/// one lock.
+struct Control {
+    c: Controller,
+    /// Clients waiting for admission: where to send their replica (or
+    /// `None` when rejected).
+    waiters: HashMap<u32, tokio::sync::oneshot::Sender<Option<ReplicaId>>>,
+}
+
 /// Shared state of one run.
 struct Ctx {
     start: Instant,
     workload: Arc<Workload>,
-    router: Mutex<Router>,
-    /// The router's view of replica health; locked after `router`, never before.
-    watch: Mutex<Watch>,
-    /// How query answers count as evidence (under suspicion only).
-    answers: Option<Answers>,
+    control: Mutex<Control>,
     configs: Vec<Config>,
     tx: mpsc::UnboundedSender<Msg>,
     /// Set at the end or on the first signal: no new session or query.
@@ -169,8 +170,6 @@ struct Ctx {
     /// Set when queries in flight are to be dropped (after `stop`).
     abort: watch::Receiver<bool>,
     actual_up: Vec<AtomicBool>,
-    /// Per replica, when a failure was last observed (f64 seconds as bits).
-    failed_s: Vec<AtomicU64>,
     /// The last instant (run seconds, f64 bits) a query may end and still be
     /// recorded: the planned end, or the first signal plus [`DRAIN`], or the
     /// second signal. See [`Ctx::counts`].
@@ -178,11 +177,6 @@ struct Ctx {
     sessions: AtomicU64,
     /// [`TEST_BURN_ENV`]: CPU to burn before each session start and query.
     burn: Option<Duration>,
-    /// The admission gate; locked after `router`, never before.
-    gate: Option<Mutex<Gate>>,
-    /// Clients waiting for admission: where to send their replica (or
-    /// `None` when rejected).
-    waiters: Mutex<std::collections::HashMap<u32, tokio::sync::oneshot::Sender<Option<ReplicaId>>>>,
     /// `--metrics-addr`: refreshed once per second.
     live: Option<Arc<Mutex<LiveMetrics>>>,
 }
@@ -200,43 +194,16 @@ impl Ctx {
         let _ = self.tx.send(m);
     }
 
-    fn role_events(&self, router: &mut Router) {
-        let t = self.now();
-        for ch in router.drain_changes() {
-            self.send(Msg::Event(t, "role", Some(ch.replica), format!("{}->{} {}", ch.from, ch.to, ch.reason)));
+    /// Runs `f` on the controller (and the waiters) under its lock, with
+    /// the run time now, then sends the events it produced to the
+    /// collector, still under the lock so they keep the controller's order.
+    fn control<T>(&self, f: impl FnOnce(&mut Control, f64) -> T) -> T {
+        let mut ctl = self.control.lock().expect("control lock");
+        let out = f(&mut ctl, self.now());
+        for e in ctl.c.drain_events() {
+            self.send(Msg::Control(e));
         }
-    }
-
-    /// The router's watch learns something about `r`, from a check that
-    /// began at `began_s`: a success is stale, and ignored, when a failure of
-    /// `r` was seen after it began (a probe that connected just before a Down
-    /// must not undo its detection). `how` names the source in events.csv.
-    fn evidence(&self, r: ReplicaId, ev: Evidence, how: &str, began_s: f64) {
-        let failure = matches!(ev, Evidence::Refused | Evidence::ProbeTimeout | Evidence::ConnError);
-        let mut router = self.router.lock().expect("router lock");
-        if failure {
-            self.failed_s[r].store(self.now().to_bits(), Ordering::SeqCst);
-        } else if began_s < f64::from_bits(self.failed_s[r].load(Ordering::SeqCst)) {
-            return;
-        }
-        let notes = self.watch.lock().expect("watch lock").evidence(&mut router, r, ev, self.now(), how);
-        self.log(&mut router, notes);
-    }
-
-    /// Sends the watch's notes, then the role changes they caused.
-    fn log(&self, router: &mut Router, notes: Vec<crate::core::watch::Note>) {
-        let t = self.now();
-        for (kind, r, detail) in notes {
-            self.send(Msg::Event(t, kind, Some(r), detail));
-        }
-        self.role_events(router);
-    }
-
-    /// Lets time pass for the watch (probation windows end, ramps advance).
-    fn tick(&self) {
-        let mut router = self.router.lock().expect("router lock");
-        let notes = self.watch.lock().expect("watch lock").tick(&mut router, self.now());
-        self.log(&mut router, notes);
+        out
     }
 
     /// Whether a query that ended at `end_s` is recorded. The rule compares
@@ -309,7 +276,8 @@ async fn wait_until(ctx: &Ctx, t: Instant) -> bool {
 /// see the module doc).
 pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Collector) -> (Collector, DriverOutcome) {
     let mut signals = Signals::new();
-    let k = input.router.config().replicas;
+    let k = input.control.replicas();
+    let gated = input.control.gate().is_some();
     let configs = {
         let c = cluster.lock().expect("cluster lock");
         (0..k).map(|r| c.config(r)).collect()
@@ -320,20 +288,15 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
     let ctx = Arc::new(Ctx {
         start: Instant::now(),
         workload: input.workload.clone(),
-        router: Mutex::new(input.router),
-        answers: input.watch.answers(input.workload.client.query_timeout_ms as f64),
-        watch: Mutex::new(input.watch),
+        control: Mutex::new(Control { c: input.control, waiters: HashMap::new() }),
         configs,
         tx,
         stop: stop_rx,
         abort: abort_rx,
         actual_up: (0..k).map(|_| AtomicBool::new(true)).collect(),
-        failed_s: (0..k).map(|_| AtomicU64::new(f64::NEG_INFINITY.to_bits())).collect(),
         cutoff_s: AtomicU64::new(input.duration_s.to_bits()),
         sessions: AtomicU64::new(0),
         burn: test_burn(),
-        gate: input.gate.map(Mutex::new),
-        waiters: Mutex::new(std::collections::HashMap::new()),
         live: input.metrics.is_some().then(|| Arc::new(Mutex::new(LiveMetrics::new()))),
     });
     refresh_live(&ctx);
@@ -341,12 +304,12 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
     let collecting = tokio::spawn(collect(rx, collector));
     let clients: Vec<_> =
         input.clients.into_iter().enumerate().map(|(i, c)| tokio::spawn(client(ctx.clone(), i as u32, c))).collect();
-    let admitter = ctx.gate.is_some().then(|| tokio::spawn(admit_waiting(ctx.clone())));
+    let admitter = gated.then(|| tokio::spawn(admit_waiting(ctx.clone())));
     let mut clients = tokio::spawn(join_clients(clients));
     let injector = tokio::spawn(inject(ctx.clone(), cluster.clone(), input.faults, input.cpus));
     let prober = input.probe_interval.map(|i| tokio::spawn(probe(ctx.clone(), i)));
     let bar = crate::progress::bar(input.progress, input.duration_s.ceil() as u64, "s");
-    let sampler = tokio::spawn(sample(ctx.clone(), cluster, bar.clone(), input.cpus));
+    let sampler = tokio::spawn(sample(ctx.clone(), cluster, bar.clone()));
     let interrupted = tokio::select! {
         _ = sleep_until(ctx.at(input.duration_s)) => None,
         s = signals.recv() => Some((s, ctx.now())),
@@ -376,7 +339,7 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
         s.abort();
     }
     bar.finish_and_clear();
-    let waiting = ctx.gate.as_ref().map(|g| g.lock().expect("gate lock").waiting());
+    let waiting = ctx.control(|ctl, _| ctl.c.waiting());
     let ended_s = ctx.now();
     drop(ctx);
     let (mut collector, load) = collecting.await.expect("collector task");
@@ -414,7 +377,7 @@ async fn drain(
 ) -> Option<[u64; 2]> {
     let note = |m: String| {
         crate::progress::note(bar, &format!("plbbench: {m}"));
-        ctx.send(Msg::Event(ctx.now(), "note", None, m));
+        ctx.send(Msg::Control(ControlEvent::Log { t_s: ctx.now(), kind: EventKind::Note, replica: None, detail: m }));
     };
     note(format!(
         "{first}: stopping; queries in flight may finish within {} s (signal again to stop at once)",
@@ -438,15 +401,13 @@ async fn collect(mut rx: mpsc::UnboundedReceiver<Msg>, mut col: Collector) -> (C
             Msg::Query(q) => col.query(q),
             Msg::Started(c, r, t) => col.session_started(c, r, t),
             Msg::Ended(s) => col.session_ended(s),
-            Msg::Event(t, kind, r, detail) => col.event(t, kind, r, detail),
+            Msg::Control(e) => e.record(&mut col),
             Msg::Sample(t, s) => col.sample(t, &s),
             Msg::Lag(l) => load.lag(l),
             Msg::Generator(t, cpu, open) => {
                 load.cpu(t, cpu);
                 load.sessions(open);
             }
-            Msg::Admission(class, t, waited, queued, rejected) => col.admission(class, t, waited, queued, rejected),
-            Msg::Queued(class) => col.queued(class),
         }
     }
     (col, load)
@@ -455,7 +416,7 @@ async fn collect(mut rx: mpsc::UnboundedReceiver<Msg>, mut col: Collector) -> (C
 /// A session's outcome after its queries.
 enum SessionEnd {
     Completed,
-    Aborted(&'static str, u32),
+    Aborted(AbortReason, u32),
     Stopped,
 }
 
@@ -472,13 +433,13 @@ async fn client(ctx: Arc<Ctx>, id: u32, mut script: Client) -> Option<Class> {
         }
         ctx.started_late(intended);
         let admitted = match admit(&ctx, id, class).await {
-            Admitted::Now(r) => r,
-            Admitted::Rejected => {
+            Entry::Now(r) => r,
+            Entry::Rejected => {
                 intended = ctx.now() + script.between_s(&w);
                 resume = None;
                 continue;
             }
-            Admitted::Stopped => return None,
+            Entry::Stopped => return None,
         };
         let Some(r) = admitted else {
             intended = ctx.now() + w.client.backoff_ms as f64 / 1000.0;
@@ -487,23 +448,26 @@ async fn client(ctx: Arc<Ctx>, id: u32, mut script: Client) -> Option<Class> {
         ctx.send(Msg::Started(class, r, ctx.now()));
         let queries = resume.take().unwrap_or_else(|| script.session_len(&w));
         let end = session(&ctx, &mut script, r, queries, intended).await;
-        ctx.router.lock().expect("router lock").release(r, class);
+        ctx.control(|ctl, now| {
+            let admitted = ctl.c.session_ended(r, class, now);
+            deliver(ctl, admitted, now);
+        });
         let now = ctx.now();
         let abort = match end {
             SessionEnd::Stopped => return Some(class),
             SessionEnd::Completed => None,
             SessionEnd::Aborted(why, left) => {
                 resume = Some(left);
-                Some(why.to_string())
+                Some(why)
             }
         };
-        ctx.send(Msg::Ended(SessionRecord { class, replica: r, start_s: intended, end_s: now, abort: abort.clone() }));
+        ctx.send(Msg::Ended(SessionRecord { class, replica: r, start_s: intended, end_s: now, abort }));
         intended = if abort.is_some() { now + w.client.backoff_ms as f64 / 1000.0 } else { now + script.between_s(&w) };
     }
 }
 
 /// The outcome of asking for admission.
-enum Admitted {
+enum Entry {
     /// The router's answer (`None`: no capacity, back off as usual).
     Now(Option<ReplicaId>),
     /// The admission gate refused the session.
@@ -512,45 +476,44 @@ enum Admitted {
     Stopped,
 }
 
-/// Asks the router, through the admission gate if there is one; a session
-/// the gate holds back waits for [`admit_waiting`] to admit or reject it.
-async fn admit(ctx: &Ctx, id: u32, class: Class) -> Admitted {
-    let waiting = {
-        let mut router = ctx.router.lock().expect("router lock");
-        let Some(gate) = &ctx.gate else {
-            let r = router.admit(class);
-            ctx.role_events(&mut router);
-            return Admitted::Now(r);
-        };
-        let now = ctx.now();
-        let decision = gate.lock().expect("gate lock").request(&mut router, id, class, now);
-        ctx.role_events(&mut router);
-        match decision {
-            Decision::Admit(r) => {
-                ctx.send(Msg::Admission(class, now, 0.0, false, None));
-                return Admitted::Now(Some(r));
-            }
-            Decision::NoRoute => return Admitted::Now(None),
-            Decision::Rejected(why) => {
-                ctx.send(Msg::Admission(class, now, 0.0, false, Some(why)));
-                return Admitted::Rejected;
-            }
-            Decision::Queued => {
-                ctx.send(Msg::Queued(class));
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                ctx.waiters.lock().expect("waiters lock").insert(id, tx);
-                rx
-            }
+/// Asks the controller; a session the gate holds back waits for
+/// [`admit_waiting`] (or a session's end) to admit or reject it.
+async fn admit(ctx: &Ctx, id: u32, class: Class) -> Entry {
+    let asked = ctx.control(|ctl, now| match ctl.c.request(id, class, now) {
+        Admission::Route(r) => Err(Entry::Now(Some(r))),
+        Admission::NoRoute => Err(Entry::Now(None)),
+        Admission::Rejected(_) => Err(Entry::Rejected),
+        Admission::Queued { .. } => {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            ctl.waiters.insert(id, tx);
+            Ok(rx)
         }
+    });
+    let waiting = match asked {
+        Ok(rx) => rx,
+        Err(entry) => return entry,
     };
     let mut stop = ctx.stop.clone();
     tokio::select! {
         r = waiting => match r {
-            Ok(Some(r)) => Admitted::Now(Some(r)),
-            Ok(None) => Admitted::Rejected,
-            Err(_) => Admitted::Stopped,
+            Ok(Some(r)) => Entry::Now(Some(r)),
+            Ok(None) => Entry::Rejected,
+            Err(_) => Entry::Stopped,
         },
-        _ = stop.wait_for(|s| *s) => Admitted::Stopped,
+        _ = stop.wait_for(|s| *s) => Entry::Stopped,
+    }
+}
+
+/// Hands the sessions the controller admitted to their waiting clients; a
+/// client no longer waiting (the run stopped) gives its place back, which
+/// may admit others.
+fn deliver(ctl: &mut Control, admitted: Vec<Admitted>, now: f64) {
+    let mut todo = VecDeque::from(admitted);
+    while let Some(a) = todo.pop_front() {
+        let delivered = ctl.waiters.remove(&a.client).is_some_and(|tx| tx.send(Some(a.replica)).is_ok());
+        if !delivered {
+            todo.extend(ctl.c.session_ended(a.replica, a.class, now));
+        }
     }
 }
 
@@ -560,54 +523,29 @@ const ADMIT_TICK: Duration = Duration::from_millis(20);
 /// `--admission modes`: every [`ADMIT_TICK`], starts the waiting sessions
 /// the gate now admits and rejects those past their deadline.
 async fn admit_waiting(ctx: Arc<Ctx>) {
-    let gate = ctx.gate.as_ref().expect("only run with a gate");
     let mut next = Instant::now();
     loop {
         next += ADMIT_TICK;
         if !wait_until(&ctx, next).await {
             return;
         }
-        let now = ctx.now();
-        let mut router = ctx.router.lock().expect("router lock");
-        let mut g = gate.lock().expect("gate lock");
-        let mut waiters = ctx.waiters.lock().expect("waiters lock");
-        for (w, r) in g.drain(&mut router) {
-            ctx.send(Msg::Admission(w.class, now, now - w.since_s, true, None));
-            let delivered = waiters.remove(&w.client).is_some_and(|tx| tx.send(Some(r)).is_ok());
-            if !delivered {
-                router.release(r, w.class);
+        ctx.control(|ctl, now| {
+            let admitted = ctl.c.admit_waiting(now);
+            deliver(ctl, admitted, now);
+            for w in ctl.c.expire_waiting(now) {
+                if let Some(tx) = ctl.waiters.remove(&w.client) {
+                    let _ = tx.send(None);
+                }
             }
-        }
-        for w in g.expire(now) {
-            ctx.send(Msg::Admission(w.class, now, now - w.since_s, true, Some(admission::REJECT_DEADLINE)));
-            if let Some(tx) = waiters.remove(&w.client) {
-                let _ = tx.send(None);
-            }
-        }
-        ctx.role_events(&mut router);
+        });
     }
 }
 
 /// `--metrics-addr`: copies the router and gate into the live metrics.
 fn refresh_live(ctx: &Ctx) {
     if let Some(live) = &ctx.live {
-        let router = ctx.router.lock().expect("router lock");
-        let gate = ctx.gate.as_ref().map(|g| g.lock().expect("gate lock"));
-        live.lock().expect("metrics lock").refresh(&router, gate.as_deref());
-    }
-}
-
-/// Feeds the gate one second's load (mean CPU of the healthy replicas) and
-/// logs a mode change.
-fn degrade(ctx: &Ctx, before: &[Option<f64>], now: &[ReplicaSample], dt_s: f64, cpus: f64) {
-    let Some(gate) = &ctx.gate else { return };
-    let router = ctx.router.lock().expect("router lock");
-    let healthy: Vec<bool> = (0..now.len()).map(|r| router.is_healthy(r)).collect();
-    let after: Vec<Option<f64>> = now.iter().map(|s| s.cpu_s).collect();
-    let load = Load { cpu_pct: admission::cpu_pct(before, &after, &healthy, dt_s, cpus), ..Load::default() };
-    let t = ctx.now();
-    if let Some(tr) = gate.lock().expect("gate lock").observe(t, load) {
-        ctx.send(Msg::Event(t, "mode", None, format!("{}->{}", tr.from, tr.to)));
+        let ctl = ctx.control.lock().expect("control lock");
+        live.lock().expect("metrics lock").refresh(ctl.c.router(), ctl.c.gate());
     }
 }
 
@@ -627,12 +565,12 @@ async fn session(ctx: &Ctx, script: &mut Client, r: ReplicaId, queries: u32, int
             client
         }
         Ok(Err(_)) => {
-            ctx.evidence(r, Evidence::Refused, "connection refused", ctx.now());
-            return SessionEnd::Aborted("connect refused", queries);
+            let why = ctx.control(|ctl, now| ctl.c.connect_failed(r, ConnectError::Refused, now));
+            return SessionEnd::Aborted(why, queries);
         }
         Err(_) => {
-            ctx.evidence(r, Evidence::ConnError, "connect timeout", ctx.now());
-            return SessionEnd::Aborted("connect timeout", queries);
+            let why = ctx.control(|ctl, now| ctl.c.connect_failed(r, ConnectError::Timeout, now));
+            return SessionEnd::Aborted(why, queries);
         }
     };
     let mut due = intended;
@@ -649,10 +587,8 @@ async fn session(ctx: &Ctx, script: &mut Client, r: ReplicaId, queries: u32, int
         let draw = script.query(w);
         let sent = ctx.now();
         let q = &w.query[draw.template];
-        let mut deadline = Duration::from_millis(w.client.query_timeout_ms);
-        if let Some(g) = &ctx.gate {
-            deadline = Duration::from_secs_f64(g.lock().expect("gate lock").query_timeout_s(deadline.as_secs_f64()));
-        }
+        let base_s = Duration::from_millis(w.client.query_timeout_ms).as_secs_f64();
+        let deadline = Duration::from_secs_f64(ctx.control(|ctl, _| ctl.c.query_deadline_s(base_s)));
         let run = async {
             if !statements.contains_key(&draw.template) {
                 statements.insert(draw.template, prepare(&client, q).await?);
@@ -671,9 +607,9 @@ async fn session(ctx: &Ctx, script: &mut Client, r: ReplicaId, queries: u32, int
         }
         let error = match result {
             Ok(Ok(_)) => None,
-            Ok(Err(e)) if e.is_closed() || e.code().is_none() => Some("connection lost"),
-            Ok(Err(_)) => Some("query error"),
-            Err(_) => Some("timeout"),
+            Ok(Err(e)) if e.is_closed() || e.code().is_none() => Some(QueryError::ConnectionLost),
+            Ok(Err(_)) => Some(QueryError::Failed),
+            Err(_) => Some(QueryError::Timeout),
         };
         let class = script.class;
         ctx.send(Msg::Query(QueryRecord {
@@ -683,15 +619,12 @@ async fn session(ctx: &Ctx, script: &mut Client, r: ReplicaId, queries: u32, int
             intended_s: due,
             start_s: sent,
             end_s: end,
-            error: error.map(String::from),
+            error,
         }));
-        if error == Some("connection lost") {
-            ctx.evidence(r, Evidence::Refused, "connection error", sent);
-        } else if let Some(a) = ctx.answers {
-            ctx.evidence(r, a.evidence(error.is_none().then(|| (end - sent) * 1000.0)), "query", sent);
-        }
+        let answer = error.map_or(Ok((end - sent) * 1000.0), Err);
+        ctx.control(|ctl, now| ctl.c.query_answered(r, answer, sent, now));
         if let Some(e) = error {
-            return SessionEnd::Aborted(e, left);
+            return SessionEnd::Aborted(AbortReason::Query(e), left);
         }
         due = end + script.think_s(w);
     }
@@ -749,12 +682,12 @@ async fn inject(ctx: Arc<Ctx>, cluster: Arc<Mutex<Cluster>>, faults: Vec<FaultEv
         let _ = open[f.replica].apply(f.action);
         let up = open[f.replica].survivor();
         ctx.actual_up[f.replica].store(up, Ordering::SeqCst);
-        ctx.send(Msg::Event(f.t_s, "fault", Some(f.replica), detail));
-        if up != was_up {
-            let mut router = ctx.router.lock().expect("router lock");
-            let notes = ctx.watch.lock().expect("watch lock").told(&mut router, f.replica, up, ctx.now(), "oracle");
-            ctx.log(&mut router, notes);
-        }
+        ctx.control(|ctl, now| {
+            ctl.c.fault(f.replica, detail, f.t_s);
+            if up != was_up {
+                ctl.c.told(f.replica, up, now);
+            }
+        });
     }
 }
 
@@ -790,8 +723,10 @@ async fn probe_replica(ctx: Arc<Ctx>, r: ReplicaId, interval: Duration) {
             }
             Err(_) => Evidence::ProbeTimeout,
         };
-        ctx.evidence(r, seen, "probe", began);
-        ctx.tick();
+        ctx.control(|ctl, now| {
+            ctl.c.probed(r, seen, began, now);
+            ctl.c.tick(now);
+        });
         next = (next + interval).max(Instant::now());
     }
 }
@@ -814,15 +749,16 @@ fn snapshot(ctx: &Ctx, cluster: &Mutex<Cluster>) -> Vec<ReplicaSample> {
         Ok(c) => (0..k).map(|r| c.cpu_seconds(r)).collect(),
         Err(_) => vec![None; k],
     };
-    let router = ctx.router.lock().expect("router lock");
-    (0..k)
-        .map(|r| ReplicaSample {
-            up: ctx.actual_up[r].load(Ordering::SeqCst),
-            role: router.role(r),
-            active: router.active(r),
-            cpu_s: cpu[r],
-        })
-        .collect()
+    ctx.control(|ctl, _| {
+        (0..k)
+            .map(|r| ReplicaSample {
+                up: ctx.actual_up[r].load(Ordering::SeqCst),
+                role: ctl.c.role(r),
+                active: ctl.c.active(r),
+                cpu_s: cpu[r],
+            })
+            .collect()
+    })
 }
 
 /// plbbench's own CPU and the sessions open now, for the saturation guard.
@@ -834,21 +770,15 @@ fn generator_sample(ctx: &Ctx, replicas: &[ReplicaSample]) {
 }
 
 /// Once per second, and once more at the end so the last phase has its CPU.
-async fn sample(ctx: Arc<Ctx>, cluster: Arc<Mutex<Cluster>>, bar: indicatif::ProgressBar, cpus: f64) {
+/// Each reading is the gate's load too (`Controller::sample`).
+async fn sample(ctx: Arc<Ctx>, cluster: Arc<Mutex<Cluster>>, bar: indicatif::ProgressBar) {
     let mut t = 0.0;
-    let mut last: Option<(f64, Vec<Option<f64>>)> = None;
     loop {
-        ctx.tick();
+        ctx.control(|ctl, now| ctl.c.tick(now));
         let (now, snap) = (ctx.now(), snapshot(&ctx, &cluster));
         generator_sample(&ctx, &snap);
-        // A sample whose CPU was skipped (a fault action held the cluster)
-        // does not replace the last reading.
-        if let Some((t0, before)) = &last {
-            degrade(&ctx, before, &snap, now - t0, cpus);
-        }
-        if snap.iter().any(|s| s.cpu_s.is_some()) {
-            last = Some((now, snap.iter().map(|s| s.cpu_s).collect()));
-        }
+        let cpu: Vec<Option<f64>> = snap.iter().map(|s| s.cpu_s).collect();
+        ctx.control(|ctl, _| ctl.c.sample(now, &cpu));
         ctx.send(Msg::Sample(now, snap));
         refresh_live(&ctx);
         bar.set_position(t as u64);

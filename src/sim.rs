@@ -1,18 +1,18 @@
 //! The `sim` cluster backend (design.md §6): a discrete-event simulation of
 //! K replicas as processor-sharing servers of C cores each (a Slow one has
 //! its fraction of C; a paused or partitioned one makes no progress), driven
-//! by the same client scripts, router and collector as real runs. Virtual
-//! time, no I/O, deterministic for a seed: events at equal times run in
-//! insertion order and every random draw comes from a client's own generator.
+//! by the same client scripts, run controller (`core::control`: router,
+//! detection, admission) and collector as real runs. This module only
+//! models the servers and clients and carries out the controller's
+//! decisions. Virtual time, no I/O, deterministic for a seed: events at
+//! equal times run in insertion order and every random draw comes from a
+//! client's own generator.
 
-use crate::core::admission::{Decision, Gate};
-use crate::core::degradation::Load;
+use crate::core::control::{Admission, Admitted, Controller};
 use crate::core::health::Evidence;
 use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
-use crate::core::model::{Action, FaultEvent, ReplicaId};
-use crate::core::router::Router;
+use crate::core::model::{AbortReason, Action, ConnectError, FaultEvent, QueryError, ReplicaId};
 use crate::core::schedule::Client;
-use crate::core::watch::{Note, Watch};
 use crate::core::workload::Workload;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -23,8 +23,9 @@ pub struct SimInput<'a> {
     pub workload: &'a Workload,
     /// Client scripts (arrivals already scaled).
     pub clients: Vec<Client>,
-    /// The router, fresh.
-    pub router: Router,
+    /// The run controller over a fresh router, its watch and the optional
+    /// admission gate (`--admission modes`).
+    pub control: Controller,
     /// Fault schedule, scaled, in order.
     pub faults: &'a [FaultEvent],
     /// CPU cores per replica (C).
@@ -33,10 +34,6 @@ pub struct SimInput<'a> {
     pub duration_s: f64,
     /// Health probe interval, seconds; 0 means no probes (`--detection oracle`).
     pub probe_interval_s: f64,
-    /// How the router learns of faults and treats returning replicas.
-    pub watch: Watch,
-    /// `--admission modes`: the gate in front of the router.
-    pub gate: Option<Gate>,
 }
 
 /// What is left open when the run ends.
@@ -142,8 +139,6 @@ struct Sim<'a, 'c> {
     servers: Vec<Server>,
     clients: Vec<ClientState>,
     sessions: u64,
-    /// Cumulative CPU per replica at the last sample, and its time.
-    last_cpu: (Vec<Option<f64>>, f64),
 }
 
 fn key(t: f64) -> u64 {
@@ -152,7 +147,7 @@ fn key(t: f64) -> u64 {
 
 /// Runs the simulation to `duration_s`, feeding `col`.
 pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
-    let k = input.router.config().replicas;
+    let k = input.control.replicas();
     let servers = (0..k).map(|_| Server::new()).collect();
     let scripts = std::mem::take(&mut input.clients);
     let clients = scripts
@@ -167,17 +162,7 @@ pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
             qseq: 0,
         })
         .collect();
-    let mut sim = Sim {
-        input,
-        col,
-        now: 0.0,
-        seq: 0,
-        queue: BinaryHeap::new(),
-        servers,
-        clients,
-        sessions: 0,
-        last_cpu: (vec![None; k], 0.0),
-    };
+    let mut sim = Sim { input, col, now: 0.0, seq: 0, queue: BinaryHeap::new(), servers, clients, sessions: 0 };
     sim.start();
     while let Some(Reverse((t, _, ev))) = sim.queue.pop() {
         let t = f64::from_bits(t);
@@ -186,22 +171,31 @@ pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
         }
         sim.now = t;
         sim.handle(ev);
+        sim.record();
     }
     sim.now = sim.input.duration_s;
     sim.sample();
+    sim.record();
     let mut in_flight = [0u64; 2];
     for c in &sim.clients {
         if matches!(c.state, State::Session { .. }) {
             in_flight[c.script.class.idx()] += 1;
         }
     }
-    if let Some(g) = &sim.input.gate {
-        sim.col.still_queued(g.waiting());
+    if let Some(w) = sim.input.control.waiting() {
+        sim.col.still_queued(w);
     }
     SimOutcome { in_flight }
 }
 
 impl Sim<'_, '_> {
+    /// Feeds the controller's events to the collector.
+    fn record(&mut self) {
+        for e in self.input.control.drain_events() {
+            e.record(self.col);
+        }
+    }
+
     fn at(&mut self, t: f64, ev: Ev) {
         self.seq += 1;
         self.queue.push(Reverse((key(t), self.seq, ev)));
@@ -235,17 +229,10 @@ impl Sim<'_, '_> {
             Ev::Probe => self.probe(),
             Ev::Expire => self.expire(),
             Ev::Sample => {
-                let notes = self.input.watch.tick(&mut self.input.router, self.now);
-                self.log(notes);
+                self.input.control.tick(self.now);
                 self.sample();
                 self.at(self.now + 1.0, Ev::Sample);
             }
-        }
-    }
-
-    fn role_events(&mut self) {
-        for ch in self.input.router.drain_changes() {
-            self.col.event(self.now, "role", Some(ch.replica), format!("{}->{} {}", ch.from, ch.to, ch.reason));
         }
     }
 
@@ -258,59 +245,35 @@ impl Sim<'_, '_> {
                 s.advance(now, cpus);
                 ReplicaSample {
                     up: s.up && !s.stalled(),
-                    role: self.input.router.role(r),
-                    active: self.input.router.active(r),
+                    role: self.input.control.role(r),
+                    active: self.input.control.active(r),
                     cpu_s: Some(s.cpu_s),
                 }
             })
             .collect();
         self.col.sample(now, &samples);
-        self.degrade(&samples);
-    }
-
-    /// `--admission modes`: feeds the gate this second's load, logs a mode
-    /// change, and starts the waiting sessions the new mode allows.
-    fn degrade(&mut self, samples: &[ReplicaSample]) {
-        let Some(gate) = &mut self.input.gate else { return };
+        // `--admission modes`: this second's load may change the mode, and
+        // the new mode may let waiting sessions start.
         let cpu: Vec<Option<f64>> = samples.iter().map(|s| s.cpu_s).collect();
-        let healthy: Vec<bool> = (0..cpu.len()).map(|r| self.input.router.is_healthy(r)).collect();
-        let (before, t0) = std::mem::replace(&mut self.last_cpu, (cpu.clone(), self.now));
-        let load = Load {
-            cpu_pct: crate::core::admission::cpu_pct(&before, &cpu, &healthy, self.now - t0, self.input.cpus),
-            ..Load::default()
-        };
-        if let Some(tr) = gate.observe(self.now, load) {
-            self.col.event(self.now, "mode", None, format!("{}->{}", tr.from, tr.to));
-        }
-        self.admit_waiting();
+        self.input.control.sample(now, &cpu);
+        let admitted = self.input.control.admit_waiting(now);
+        self.start_admitted(admitted);
     }
 
-    /// Starts the waiting sessions the gate now admits.
-    fn admit_waiting(&mut self) {
-        let Some(gate) = &mut self.input.gate else { return };
-        for (w, r) in gate.drain(&mut self.input.router) {
-            let i = w.client as usize;
-            self.col.admission(w.class, self.now, self.now - w.since_s, true, None);
+    /// Starts the sessions the gate let out of its queue.
+    fn start_admitted(&mut self, admitted: Vec<Admitted>) {
+        for a in admitted {
+            let i = a.client as usize;
             let State::Queued { resume } = self.clients[i].state else { continue };
-            self.begin(i, r, resume);
+            self.begin(i, a.replica, resume);
         }
-        self.role_events();
     }
 
     /// Rejects the sessions whose admission deadline has passed; each
     /// client goes back to thinking and its session's work is dropped.
     fn expire(&mut self) {
-        let Some(gate) = &mut self.input.gate else { return };
-        for w in gate.expire(self.now) {
-            let i = w.client as usize;
-            self.col.admission(
-                w.class,
-                self.now,
-                self.now - w.since_s,
-                true,
-                Some(crate::core::admission::REJECT_DEADLINE),
-            );
-            self.rejected(i);
+        for w in self.input.control.expire_waiting(self.now) {
+            self.rejected(w.client as usize);
         }
     }
 
@@ -343,35 +306,19 @@ impl Sim<'_, '_> {
     /// Opens a session: a fresh one, or the rest of a broken one.
     fn open(&mut self, i: usize, resume: Option<u32>) {
         let class = self.clients[i].script.class;
-        let admitted = match &mut self.input.gate {
-            None => self.input.router.admit(class),
-            Some(gate) => match gate.request(&mut self.input.router, i as u32, class, self.now) {
-                Decision::Admit(r) => {
-                    self.col.admission(class, self.now, 0.0, false, None);
-                    Some(r)
-                }
-                Decision::Queued => {
-                    self.col.queued(class);
-                    self.clients[i].state = State::Queued { resume };
-                    let deadline = self.now + gate.deadline_s();
-                    self.at(deadline, Ev::Expire);
-                    return;
-                }
-                Decision::Rejected(why) => {
-                    self.col.admission(class, self.now, 0.0, false, Some(why));
-                    return self.rejected(i);
-                }
-                Decision::NoRoute => None,
-            },
-        };
-        let Some(r) = admitted else {
-            // No capacity: wait and retry; the intended start stays put.
-            let backoff = self.input.workload.client.backoff_ms as f64 / 1000.0;
-            self.at(self.now + backoff, Ev::Wake(i as u32));
-            return;
-        };
-        self.role_events();
-        self.begin(i, r, resume);
+        match self.input.control.request(i as u32, class, self.now) {
+            Admission::Route(r) => self.begin(i, r, resume),
+            Admission::Queued { deadline_s } => {
+                self.clients[i].state = State::Queued { resume };
+                self.at(deadline_s, Ev::Expire);
+            }
+            Admission::Rejected(_) => self.rejected(i),
+            Admission::NoRoute => {
+                // No capacity: wait and retry; the intended start stays put.
+                let backoff = self.input.workload.client.backoff_ms as f64 / 1000.0;
+                self.at(self.now + backoff, Ev::Wake(i as u32));
+            }
+        }
     }
 
     /// Starts a session of client `i` on `r`.
@@ -409,10 +356,7 @@ impl Sim<'_, '_> {
         s.n += 1;
         s.jobs.push(Reverse((key(s.v + draw.demand_s), i as u32, q)));
         self.reschedule(r);
-        let mut deadline = self.input.workload.client.query_timeout_ms as f64 / 1000.0;
-        if let Some(g) = &self.input.gate {
-            deadline = g.query_timeout_s(deadline);
-        }
+        let deadline = self.input.control.query_deadline_s(self.input.workload.client.query_timeout_ms as f64 / 1000.0);
         self.at(now + deadline, Ev::Timeout(i as u32, q));
     }
 
@@ -459,12 +403,13 @@ impl Sim<'_, '_> {
         let s = &mut self.servers[replica];
         s.advance(self.now, self.input.cpus);
         s.n -= 1;
-        self.finish_query(i, replica, Some("timeout"));
+        self.finish_query(i, replica, Some(QueryError::Timeout));
         self.reschedule(replica);
     }
 
-    /// Records the query; the session goes on, closes, or aborts on error.
-    fn finish_query(&mut self, i: usize, r: ReplicaId, error: Option<&str>) {
+    /// Records the query and tells the controller how it went; the session
+    /// goes on, closes, or aborts on error.
+    fn finish_query(&mut self, i: usize, r: ReplicaId, error: Option<QueryError>) {
         let w = self.input.workload;
         let now = self.now;
         let c = &mut self.clients[i];
@@ -475,15 +420,13 @@ impl Sim<'_, '_> {
             intended_s: c.intended,
             start_s: c.sent,
             end_s: now,
-            error: error.map(String::from),
+            error,
         });
-        let took_ms = error.is_none().then(|| (now - c.sent) * 1000.0);
-        let answers = self.input.watch.answers(w.client.query_timeout_ms as f64);
-        if let Some(a) = answers.filter(|_| error != Some("connection lost")) {
-            self.evidence(r, a.evidence(took_ms), "query");
-        }
+        // The simulator's checks are instantaneous: no success is stale.
+        let answer = error.map_or(Ok((now - c.sent) * 1000.0), Err);
+        self.input.control.query_answered(r, answer, now, now);
         if let Some(e) = error {
-            return self.abort(i, r, e);
+            return self.abort(i, r, AbortReason::Query(e));
         }
         let c = &mut self.clients[i];
         let State::Session { remaining, in_flight, .. } = &mut c.state else { return };
@@ -498,18 +441,12 @@ impl Sim<'_, '_> {
         }
     }
 
-    fn close(&mut self, i: usize, r: ReplicaId, abort: Option<&str>) {
+    fn close(&mut self, i: usize, r: ReplicaId, abort: Option<AbortReason>) {
         let w = self.input.workload;
         let now = self.now;
         let c = &mut self.clients[i];
         let class = c.script.class;
-        self.col.session_ended(SessionRecord {
-            class,
-            replica: r,
-            start_s: c.session_start,
-            end_s: now,
-            abort: abort.map(String::from),
-        });
+        self.col.session_ended(SessionRecord { class, replica: r, start_s: c.session_start, end_s: now, abort });
         // A broken session's client retries the failed query and the rest
         // of its work in a new session after a backoff.
         let resume = match c.state {
@@ -520,52 +457,31 @@ impl Sim<'_, '_> {
         let next =
             if abort.is_some() { now + w.client.backoff_ms as f64 / 1000.0 } else { now + c.script.between_s(w) };
         c.intended = next;
-        self.input.router.release(r, class);
-        self.role_events();
+        let admitted = self.input.control.session_ended(r, class, now);
         self.at(next, Ev::Wake(i as u32));
-        self.admit_waiting();
+        self.start_admitted(admitted);
     }
 
-    fn abort(&mut self, i: usize, r: ReplicaId, reason: &str) {
+    fn abort(&mut self, i: usize, r: ReplicaId, reason: AbortReason) {
         self.close(i, r, Some(reason));
     }
 
-    /// Feeds the router's watch one piece of evidence about `r`.
-    fn evidence(&mut self, r: ReplicaId, ev: Evidence, how: &str) {
-        let notes = self.input.watch.evidence(&mut self.input.router, r, ev, self.now, how);
-        self.log(notes);
-    }
-
-    /// Logs what the watch saw, then the role changes it caused.
-    fn log(&mut self, notes: Vec<Note>) {
-        for (kind, r, detail) in notes {
-            self.col.event(self.now, kind, Some(r), detail);
-        }
-        self.role_events();
-    }
-
-    /// A refused or broken connection is evidence that the server is gone.
-    fn evidence_down(&mut self, r: ReplicaId, how: &str) {
-        self.evidence(r, Evidence::Refused, how);
-    }
-
     fn connect_refused(&mut self, i: usize, r: ReplicaId) {
-        self.evidence_down(r, "connection refused");
-        self.abort(i, r, "connect refused");
+        let why = self.input.control.connect_failed(r, ConnectError::Refused, self.now);
+        self.abort(i, r, why);
     }
 
-    /// A query on a connection whose server died fails at once; the error
-    /// is evidence for the router.
+    /// A query on a connection whose server died fails at once (the
+    /// controller takes the lost connection as a refusal).
     fn fail_query(&mut self, i: usize, r: ReplicaId) {
-        self.evidence_down(r, "connection error");
-        self.finish_query(i, r, Some("connection lost"));
+        self.finish_query(i, r, Some(QueryError::ConnectionLost));
     }
 
     fn fault(&mut self, idx: usize) {
         let FaultEvent { replica: r, action, .. } = self.input.faults[idx];
         let cpus = self.input.cpus;
         self.servers[r].advance(self.now, cpus);
-        self.col.event(self.now, "fault", Some(r), action.to_string());
+        self.input.control.fault(r, action.to_string(), self.now);
         match action {
             Action::Down => self.kill(r),
             Action::Rejoin => self.servers[r].up = true,
@@ -579,8 +495,7 @@ impl Sim<'_, '_> {
         // The rate changed: the pending completion, if any, is stale.
         self.reschedule(r);
         let healthy = self.servers[r].up && !self.servers[r].stalled();
-        let notes = self.input.watch.told(&mut self.input.router, r, healthy, self.now, "oracle");
-        self.log(notes);
+        self.input.control.told(r, healthy, self.now);
     }
 
     /// Down: the server dies; in-flight queries fail now, idle connections
@@ -617,10 +532,9 @@ impl Sim<'_, '_> {
                 (true, true) => Evidence::ProbeTimeout,
                 (true, false) => Evidence::ProbeOk { ms: 0.0 },
             };
-            self.evidence(r, seen, "probe");
+            self.input.control.probed(r, seen, self.now, self.now);
         }
-        let notes = self.input.watch.tick(&mut self.input.router, self.now);
-        self.log(notes);
+        self.input.control.tick(self.now);
         self.at(self.now + self.input.probe_interval_s, Ev::Probe);
     }
 }

@@ -4,7 +4,7 @@
 //! averages percentiles) and checks at the end that every query and session
 //! is counted exactly once. Pure: no clocks, no I/O.
 
-use super::model::{replica_name, Class, ReplicaId, Role};
+use super::model::{replica_name, AbortReason, Class, EventKind, QueryError, ReplicaId, Role};
 use super::phases::{locate, Phase, WARMUP};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
@@ -25,8 +25,8 @@ pub struct QueryRecord {
     pub start_s: f64,
     /// When it returned or failed.
     pub end_s: f64,
-    /// `None` when it succeeded, else a short error kind.
-    pub error: Option<String>,
+    /// `None` when it succeeded, else why it failed.
+    pub error: Option<QueryError>,
 }
 
 /// One ended session.
@@ -41,7 +41,7 @@ pub struct SessionRecord {
     /// When it closed or broke.
     pub end_s: f64,
     /// `None` when completed, else why it was aborted.
-    pub abort: Option<String>,
+    pub abort: Option<AbortReason>,
 }
 
 /// A once-per-second view of one replica.
@@ -63,7 +63,7 @@ pub struct EventRow {
     /// Seconds from run start.
     pub t_s: f64,
     /// `fault`, `detect`, `role`, `note`, ...
-    pub kind: String,
+    pub kind: EventKind,
     /// `r1`.. or empty.
     pub replica: String,
     /// Free text.
@@ -338,7 +338,7 @@ impl Collector {
             }
             Some(kind) => {
                 agg.errors += 1;
-                *self.error_kinds.entry((q.class, kind.clone())).or_default() += 1;
+                *self.error_kinds.entry((q.class, kind.to_string())).or_default() += 1;
             }
         }
         if let Some(raw) = &mut self.raw {
@@ -350,7 +350,7 @@ impl Collector {
                 start_us: us(q.start_s),
                 end_us: us(q.end_s),
                 ok: q.error.is_none(),
-                error: q.error.unwrap_or_default(),
+                error: q.error.map(|e| e.to_string()).unwrap_or_default(),
             });
         }
     }
@@ -389,7 +389,7 @@ impl Collector {
             }
             Some(reason) => {
                 agg.aborted += 1;
-                *self.abort_reasons.entry((s.class, reason)).or_default() += 1;
+                *self.abort_reasons.entry((s.class, reason.to_string())).or_default() += 1;
             }
         }
     }
@@ -454,10 +454,10 @@ impl Collector {
     }
 
     /// Appends a row to events.csv.
-    pub fn event(&mut self, t_s: f64, kind: &str, replica: Option<ReplicaId>, detail: impl Into<String>) {
+    pub fn event(&mut self, t_s: f64, kind: EventKind, replica: Option<ReplicaId>, detail: impl Into<String>) {
         self.events.push(EventRow {
             t_s: r4(t_s),
-            kind: kind.into(),
+            kind,
             replica: replica.map(replica_name).unwrap_or_default(),
             detail: detail.into(),
         });
@@ -658,7 +658,7 @@ mod tests {
         Collector::new(cut(&[], 2, 10.0, 5.0, 20.0), 2, 0.5, true)
     }
 
-    fn q(end_s: f64, error: Option<&str>) -> QueryRecord {
+    fn q(end_s: f64, error: Option<QueryError>) -> QueryRecord {
         QueryRecord {
             session: 1,
             class: Class::P,
@@ -666,7 +666,7 @@ mod tests {
             intended_s: end_s - 0.1,
             start_s: end_s - 0.05,
             end_s,
-            error: error.map(String::from),
+            error,
         }
     }
 
@@ -675,7 +675,7 @@ mod tests {
         let mut c = collector();
         c.query(q(5.0, None));
         c.query(q(15.0, None));
-        c.query(q(15.5, Some("timeout")));
+        c.query(q(15.5, Some(QueryError::Timeout)));
         let m = c.finish(&|_, _| true, [0, 0]);
         let base = m.phases.iter().find(|r| r.phase == "baseline" && r.class == Class::P).unwrap();
         assert_eq!((base.completed, base.errors), (1, 1));
@@ -746,7 +746,7 @@ mod tests {
             replica: 0,
             start_s: 3.2,
             end_s: 7.5,
-            abort: Some("replica down".into()),
+            abort: Some(AbortReason::Query(QueryError::ConnectionLost)),
         });
         c.session_ended(SessionRecord { class: Class::F, replica: 0, start_s: 3.9, end_s: 7.6, abort: None });
         let m = c.finish(&|_, _| true, [0, 1]);

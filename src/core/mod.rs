@@ -1,9 +1,10 @@
 //! The pure core: vocabulary, PLB roles, strategies, workload and fault
-//! schedules, phase cutting and metric aggregation. Nothing in here performs
-//! I/O or reads a clock, so every backend (and every test) drives the same
-//! code with its own notion of time.
+//! schedules, the run controller, phase cutting and metric aggregation.
+//! Nothing in here performs I/O or reads a clock, so every backend (and
+//! every test) drives the same code with its own notion of time.
 
 pub mod admission;
+pub mod control;
 pub mod degradation;
 pub mod detect;
 pub mod faults;

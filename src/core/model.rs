@@ -1,5 +1,6 @@
 //! The vocabulary shared by every part of plbbench (design.md §1): service
-//! classes, replica roles, fault actions and the events that carry them.
+//! classes, replica roles, fault actions and the events that carry them,
+//! the kinds of events.csv rows, and why queries and sessions fail.
 //! Pure data, no behaviour beyond parsing and display.
 
 use serde::{Deserialize, Serialize};
@@ -199,6 +200,120 @@ pub struct FaultEvent {
     pub action: Action,
 }
 
+/// What a row of events.csv records. Closed: every producer and every
+/// reader (reports, the recovery ledger) matches on these; serialised and
+/// displayed as the lowercase names events.csv has always used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EventKind {
+    /// A fault action was applied to a replica (`fault`).
+    Fault,
+    /// The router's detector marked a replica up or down (`detect`).
+    Detect,
+    /// A suspicion state machine transition (`health`).
+    Health,
+    /// A probation ramp began or ended (`recovery`).
+    Recovery,
+    /// A PLB role change (`role`).
+    Role,
+    /// A degradation mode change (`mode`).
+    Mode,
+    /// Free text about the run itself, such as a signal (`note`).
+    Note,
+}
+
+impl EventKind {
+    /// The name written in events.csv.
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::Fault => "fault",
+            EventKind::Detect => "detect",
+            EventKind::Health => "health",
+            EventKind::Recovery => "recovery",
+            EventKind::Role => "role",
+            EventKind::Mode => "mode",
+            EventKind::Note => "note",
+        }
+    }
+}
+
+impl fmt::Display for EventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a query failed (queries.csv `error`, the error counts of summary.json).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum QueryError {
+    /// The connection broke (its server died): `connection lost`.
+    ConnectionLost,
+    /// No answer within the query deadline: `timeout`.
+    Timeout,
+    /// The server answered with an error: `query error`.
+    Failed,
+}
+
+impl QueryError {
+    /// The name written in files.
+    pub fn name(self) -> &'static str {
+        match self {
+            QueryError::ConnectionLost => "connection lost",
+            QueryError::Timeout => "timeout",
+            QueryError::Failed => "query error",
+        }
+    }
+}
+
+impl fmt::Display for QueryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a session could not connect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ConnectError {
+    /// The server refused the connection: `connect refused`.
+    Refused,
+    /// No connection within the connect deadline: `connect timeout`.
+    Timeout,
+}
+
+impl ConnectError {
+    /// The name written in files.
+    pub fn name(self) -> &'static str {
+        match self {
+            ConnectError::Refused => "connect refused",
+            ConnectError::Timeout => "connect timeout",
+        }
+    }
+}
+
+impl fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a session was aborted: it could not connect, or a query failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AbortReason {
+    /// The connection was not made.
+    Connect(ConnectError),
+    /// A query failed (the session breaks on its first failed query).
+    Query(QueryError),
+}
+
+impl fmt::Display for AbortReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AbortReason::Connect(e) => e.fmt(f),
+            AbortReason::Query(e) => e.fmt(f),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,5 +333,33 @@ mod tests {
         }
         assert_eq!(serde_json::to_string(&Action::Slow(0.25)).unwrap(), r#"{"slow":0.25}"#);
         assert_eq!(serde_json::to_string(&Action::Down).unwrap(), r#""down""#);
+    }
+
+    #[test]
+    fn kinds_errors_and_aborts_keep_the_names_files_use() {
+        let kinds = [
+            (EventKind::Fault, "fault"),
+            (EventKind::Detect, "detect"),
+            (EventKind::Health, "health"),
+            (EventKind::Recovery, "recovery"),
+            (EventKind::Role, "role"),
+            (EventKind::Mode, "mode"),
+            (EventKind::Note, "note"),
+        ];
+        for (k, name) in kinds {
+            assert_eq!(k.to_string(), name);
+            assert_eq!(serde_json::to_string(&k).unwrap(), format!("\"{name}\""));
+            assert_eq!(serde_json::from_str::<EventKind>(&format!("\"{name}\"")).unwrap(), k);
+        }
+        let reasons = [
+            (AbortReason::Query(QueryError::ConnectionLost), "connection lost"),
+            (AbortReason::Query(QueryError::Timeout), "timeout"),
+            (AbortReason::Query(QueryError::Failed), "query error"),
+            (AbortReason::Connect(ConnectError::Refused), "connect refused"),
+            (AbortReason::Connect(ConnectError::Timeout), "connect timeout"),
+        ];
+        for (r, name) in reasons {
+            assert_eq!(r.to_string(), name);
+        }
     }
 }

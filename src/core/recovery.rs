@@ -13,7 +13,7 @@
 
 use super::health::{Health, Transition};
 use super::metrics::{EventRow, Flow, RunMetrics};
-use super::model::{parse_replica, Action, Class, FaultEvent, ReplicaId};
+use super::model::{parse_replica, Action, Class, EventKind, FaultEvent, ReplicaId};
 use serde::{Deserialize, Serialize};
 
 /// How far above baseline a p95 or backlog age may be and count as recovered.
@@ -140,15 +140,15 @@ pub fn faults_of(events: &[FaultEvent]) -> Vec<(Fault, Action)> {
 /// The router-view transitions a run logged: the health machine's own
 /// (`health` events) or, without it, the up/down verdicts (`detect`).
 pub fn transitions_of(events: &[EventRow], replicas: usize) -> Vec<Seen> {
-    let machine = events.iter().any(|e| e.kind == "health");
+    let machine = events.iter().any(|e| e.kind == EventKind::Health);
     events
         .iter()
         .filter_map(|e| {
             let replica = parse_replica(&e.replica, replicas).ok()?;
-            let (from, to) = match (machine, e.kind.as_str()) {
-                (true, "health") => parse_health(&e.detail)?,
-                (false, "detect") if e.detail.starts_with("down") => (Health::Healthy, Health::Isolated),
-                (false, "detect") if e.detail.starts_with("up") => (Health::Isolated, Health::Healthy),
+            let (from, to) = match (machine, e.kind) {
+                (true, EventKind::Health) => parse_health(&e.detail)?,
+                (false, EventKind::Detect) if e.detail.starts_with("down") => (Health::Healthy, Health::Isolated),
+                (false, EventKind::Detect) if e.detail.starts_with("up") => (Health::Isolated, Health::Healthy),
                 _ => return None,
             };
             Some(Seen { replica, transition: Transition { at_s: e.t_s, from, to, reason: "logged" } })
@@ -483,15 +483,15 @@ mod tests {
             replica: 0,
             start_s: 19.5,
             end_s: 20.0,
-            abort: Some("replica down".into()),
+            abort: Some(crate::core::model::AbortReason::Query(crate::core::model::QueryError::ConnectionLost)),
         });
-        c.event(5.0, "health", Some(1), "HEALTHY->SUSPECT (slow)"); // false
-        c.event(6.0, "health", Some(1), "SUSPECT->HEALTHY (fast)");
-        c.event(20.2, "health", Some(0), "HEALTHY->SUSPECT (refused)");
-        c.event(20.3, "health", Some(0), "SUSPECT->ISOLATED (refused)");
-        c.event(25.0, "health", Some(1), "HEALTHY->ISOLATED (timeout)"); // false, and a removal
-        c.event(30.5, "health", Some(0), "ISOLATED->RECOVERING (probe)");
-        c.event(33.0, "health", Some(0), "RECOVERING->HEALTHY (stable)");
+        c.event(5.0, EventKind::Health, Some(1), "HEALTHY->SUSPECT (slow)"); // false
+        c.event(6.0, EventKind::Health, Some(1), "SUSPECT->HEALTHY (fast)");
+        c.event(20.2, EventKind::Health, Some(0), "HEALTHY->SUSPECT (refused)");
+        c.event(20.3, EventKind::Health, Some(0), "SUSPECT->ISOLATED (refused)");
+        c.event(25.0, EventKind::Health, Some(1), "HEALTHY->ISOLATED (timeout)"); // false, and a removal
+        c.event(30.5, EventKind::Health, Some(0), "ISOLATED->RECOVERING (probe)");
+        c.event(33.0, EventKind::Health, Some(0), "RECOVERING->HEALTHY (stable)");
         let m = c.finish(&|_, _| true, [0, 0]);
         let s = suspicions_of_run(&faults, &m, 2);
         assert_eq!(s, Suspicions { suspicions: 4, false_suspicions: 2, false_removals: 1 });

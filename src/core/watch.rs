@@ -13,7 +13,7 @@
 
 use super::detect::{Detector, Probe};
 use super::health::{Evidence, Health, HealthConfig, HealthMachine};
-use super::model::ReplicaId;
+use super::model::{EventKind, ReplicaId};
 use super::router::Router;
 use serde::{Deserialize, Serialize};
 
@@ -69,7 +69,7 @@ impl Answers {
 }
 
 /// One line for events.csv: kind, replica, detail.
-pub type Note = (&'static str, ReplicaId, String);
+pub type Note = (EventKind, ReplicaId, String);
 
 /// The router's view of replica health; see the module doc.
 #[derive(Clone, Debug)]
@@ -157,7 +157,7 @@ impl Watch {
                 d.observe(r, probe).map(|up| (up, how))
             }
             Detect::Suspicion(m) => m[r].observe(now_s, ev).map(|t| {
-                notes.push(("health", r, format!("{}->{} ({})", t.from, t.to, t.reason)));
+                notes.push((EventKind::Health, r, format!("{}->{} ({})", t.from, t.to, t.reason)));
                 (t.to != Health::Isolated, "health")
             }),
         };
@@ -174,7 +174,7 @@ impl Watch {
         for r in 0..self.ramp.len() {
             if let Detect::Suspicion(m) = &mut self.detect {
                 if let Some(t) = m[r].tick(now_s) {
-                    notes.push(("health", r, format!("{}->{} ({})", t.from, t.to, t.reason)));
+                    notes.push((EventKind::Health, r, format!("{}->{} ({})", t.from, t.to, t.reason)));
                 }
             }
             self.apply_shares(router, r, now_s, &mut notes);
@@ -189,12 +189,12 @@ impl Watch {
             return;
         }
         router.set_health(r, up);
-        notes.push(("detect", r, format!("{} ({how})", if up { "up" } else { "down" })));
+        notes.push((EventKind::Detect, r, format!("{} ({how})", if up { "up" } else { "down" })));
         self.ramp[r] = None;
         if up && self.recovery == Recovery::Probation {
             self.ramp[r] = Some(now_s);
             notes.push((
-                "recovery",
+                EventKind::Recovery,
                 r,
                 format!("probation: Premium at once, Freemium ramps in over {} s", self.window_s),
             ));
@@ -219,7 +219,7 @@ impl Watch {
         if let Some(t0) = self.ramp[r] {
             if now_s - t0 >= self.window_s || !router.is_healthy(r) {
                 self.ramp[r] = None;
-                notes.push(("recovery", r, "probation over".to_string()));
+                notes.push((EventKind::Recovery, r, "probation over".to_string()));
             }
         }
         router.set_shares(r, self.shares(r, now_s));
@@ -245,7 +245,7 @@ mod tests {
     }
 
     fn kinds(notes: &[Note]) -> Vec<&str> {
-        notes.iter().map(|n| n.0).collect()
+        notes.iter().map(|n| n.0.name()).collect()
     }
 
     #[test]
@@ -253,7 +253,7 @@ mod tests {
         let mut rt = router();
         let mut w = Watch::probe(5, Recovery::None, HealthConfig::default());
         let n = w.evidence(&mut rt, 1, Evidence::Refused, 1.0, "connection error");
-        assert_eq!(n, vec![("detect", 1, "down (connection error)".to_string())]);
+        assert_eq!(n, vec![(EventKind::Detect, 1, "down (connection error)".to_string())]);
         assert!(!rt.is_healthy(1));
         assert!(
             w.evidence(&mut rt, 1, Evidence::Query { ms: 1e9, budget_ms: 1.0 }, 2.0, "query").is_empty(),
@@ -306,7 +306,7 @@ mod tests {
         w.tick(&mut rt, 25.0);
         assert_eq!(rt.shares(0), [1.0, 0.5]);
         let n = w.tick(&mut rt, 30.0);
-        assert_eq!(n, vec![("recovery", 0, "probation over".to_string())]);
+        assert_eq!(n, vec![(EventKind::Recovery, 0, "probation over".to_string())]);
         assert_eq!(rt.shares(0), [1.0, 1.0]);
     }
 

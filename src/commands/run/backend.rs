@@ -10,6 +10,7 @@ use crate::cluster::local::{default_state_dir, LocalCluster, LocalOptions};
 use crate::cluster::{docker, Cluster, DockerCluster, DockerOptions, Fault};
 use crate::commands::cluster::running;
 use crate::commands::signals::catch_signals;
+use crate::core::control::Controller;
 use crate::core::metrics::Collector;
 use crate::core::outcome::{BackendOutcome, Verdict};
 use crate::core::router::Router;
@@ -27,19 +28,23 @@ fn clients(plan: &Plan) -> Vec<schedule::Client> {
     schedule::clients(plan.clients, plan.premium_pct, plan.ramp_s, plan.seed)
 }
 
+/// The run controller for the plan: a fresh router, its watch and gate.
+pub fn control(plan: &Plan) -> Controller {
+    let timeout_ms = plan.workload.client.query_timeout_ms as f64;
+    Controller::new(Router::new(plan.router.clone()), plan.watch.clone(), plan.gate.clone(), plan.cpus, timeout_ms)
+}
+
 /// Runs the plan on the simulator.
 pub fn run_sim(plan: &Plan, mut collector: Collector) -> (Collector, BackendOutcome) {
     let out = sim::run(
         SimInput {
             workload: &plan.workload,
             clients: clients(plan),
-            router: Router::new(plan.router.clone()),
+            control: control(plan),
             faults: &plan.faults,
             cpus: plan.cpus,
             duration_s: plan.duration_s,
             probe_interval_s: plan.probe_interval.map_or(0.0, |d| d.as_secs_f64()),
-            watch: plan.watch.clone(),
-            gate: plan.gate.clone(),
         },
         &mut collector,
     );
@@ -142,14 +147,12 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
     let input = DriverInput {
         workload: Arc::new(plan.workload.clone()),
         clients: clients(plan),
-        router: Router::new(plan.router.clone()),
-        watch: plan.watch.clone(),
+        control: control(plan),
         faults: plan.faults.clone(),
         duration_s: plan.duration_s,
         probe_interval: plan.probe_interval,
         progress: plan.progress,
         cpus: plan.cpus,
-        gate: plan.gate.clone(),
         metrics,
     };
     let (mut collector, out) = runtime.block_on(driver::run(input, cluster.clone(), collector));

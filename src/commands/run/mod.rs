@@ -6,7 +6,7 @@
 //! cluster in [`backend`].
 
 use crate::core::metrics::{Collector, RunMetrics};
-use crate::core::model::Class;
+use crate::core::model::{Class, EventKind};
 use crate::core::outcome::{BackendOutcome, Verdict};
 use crate::core::settings::{Admission, Detection, Named};
 use crate::error::Error;
@@ -177,7 +177,12 @@ fn summarise(
         faults: plan.faults.clone(),
         phases: m.phases.clone(),
         replica_cpu: m.replica_cpu.clone(),
-        fault_events: m.events.iter().filter(|e| e.kind == "fault" || e.kind == "detect").cloned().collect(),
+        fault_events: m
+            .events
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::Fault | EventKind::Detect))
+            .cloned()
+            .collect(),
         accounting,
         verdicts,
         wall_s: (wall_s * 1000.0).round() / 1000.0,
@@ -203,7 +208,7 @@ fn degradation_verdict(plan: &Plan, m: &RunMetrics) -> Option<Verdict> {
     let degraded: f64 = time.values().sum();
     let mut parts = vec![format!("normal {:.1} s", plan.duration_s - degraded)];
     parts.extend(time.iter().map(|(n, t)| format!("{n} {t:.1} s")));
-    let transitions = m.events.iter().filter(|e| e.kind == "mode").count();
+    let transitions = m.events.iter().filter(|e| e.kind == EventKind::Mode).count();
     let rejected = |c: Class| m.phases.iter().filter(|r| r.class == c).map(|r| r.rejected).sum::<u64>();
     Some(Verdict {
         name: "degradation".into(),

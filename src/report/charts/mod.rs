@@ -425,7 +425,7 @@ pub fn mode_spans(events: &[crate::core::metrics::EventRow], t_end: f64) -> Vec<
     const NAMES: [&str; 4] = ["normal", "cautious", "restricted", "survival"];
     let mut spans = Vec::new();
     let mut open: Option<(f64, String, usize)> = None;
-    for e in events.iter().filter(|e| e.kind == "mode") {
+    for e in events.iter().filter(|e| e.kind == crate::core::model::EventKind::Mode) {
         let to = e.detail.rsplit("->").next().unwrap_or("").to_string();
         if let Some((t0, name, level)) = open.take() {
             spans.push((t0, e.t_s, name, level));
@@ -576,18 +576,19 @@ mod tests {
 
     #[test]
     fn mode_spans_follow_mode_events_to_the_end() {
-        let ev = |t_s: f64, kind: &str, detail: &str| crate::core::metrics::EventRow {
+        use crate::core::model::EventKind;
+        let ev = |t_s: f64, kind: EventKind, detail: &str| crate::core::metrics::EventRow {
             t_s,
-            kind: kind.into(),
+            kind,
             replica: String::new(),
             detail: detail.into(),
         };
         let events = [
-            ev(10.0, "mode", "normal->cautious"),
-            ev(12.0, "fault", "Down"),
-            ev(40.0, "mode", "cautious->survival"),
-            ev(70.0, "mode", "survival->normal"),
-            ev(90.0, "mode", "normal->restricted"),
+            ev(10.0, EventKind::Mode, "normal->cautious"),
+            ev(12.0, EventKind::Fault, "Down"),
+            ev(40.0, EventKind::Mode, "cautious->survival"),
+            ev(70.0, EventKind::Mode, "survival->normal"),
+            ev(90.0, EventKind::Mode, "normal->restricted"),
         ];
         let spans = mode_spans(&events, 100.0);
         let got: Vec<_> = spans.iter().map(|(a, b, n, l)| (*a, *b, n.as_str(), *l)).collect();

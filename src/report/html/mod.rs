@@ -6,7 +6,7 @@
 //! in Rust (design.md §7), and the page references nothing on the network.
 
 use crate::core::metrics::{EventRow, PhaseRow, ReplicaCpu, RunMetrics};
-use crate::core::model::{replica_name, Class};
+use crate::core::model::{replica_name, Class, EventKind};
 use crate::core::outcome::Verdict;
 use crate::core::phases::WARMUP;
 use crate::report::charts::{self, sig3, ChartError, Frame};
@@ -525,12 +525,12 @@ fn event_views(events: &[EventRow]) -> Vec<EventView> {
         .into_iter()
         .map(|e| {
             let mut delay = None;
-            match e.kind.as_str() {
-                "fault" => {
+            match e.kind {
+                EventKind::Fault => {
                     pending.retain(|p| p.0 != e.replica);
                     pending.push((&e.replica, e.t_s));
                 }
-                "detect" => {
+                EventKind::Detect => {
                     if let Some(i) = pending.iter().position(|p| p.0 == e.replica) {
                         delay = Some(e.t_s - pending.remove(i).1);
                     }
@@ -539,7 +539,7 @@ fn event_views(events: &[EventRow]) -> Vec<EventView> {
             }
             EventView {
                 t: format!("{:.2}", e.t_s),
-                kind: e.kind.clone(),
+                kind: e.kind.to_string(),
                 replica: if e.replica.is_empty() { DASH.into() } else { e.replica.clone() },
                 detail: e.detail.clone(),
                 delay: delay.map_or(DASH.into(), duration),

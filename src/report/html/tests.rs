@@ -65,8 +65,8 @@ fn replica_rows() -> Vec<ReplicaRow> {
     rows
 }
 
-fn event(t_s: f64, kind: &str, replica: &str, detail: &str) -> EventRow {
-    EventRow { t_s, kind: kind.into(), replica: replica.into(), detail: detail.into() }
+fn event(t_s: f64, kind: EventKind, replica: &str, detail: &str) -> EventRow {
+    EventRow { t_s, kind, replica: replica.into(), detail: detail.into() }
 }
 
 fn synthetic(partial: bool, workload: &str) -> (Summary, RunMetrics) {
@@ -83,12 +83,12 @@ fn synthetic(partial: bool, workload: &str) -> (Summary, RunMetrics) {
         })
         .collect();
     let events = vec![
-        event(90.0, "fault", "r1", "Down"),
-        event(90.5, "detect", "r1", "probe failed"),
-        event(90.5, "role", "r3", "M -> P"),
-        event(150.0, "fault", "r1", "Rejoin"),
-        event(150.75, "detect", "r1", "probe ok"),
-        event(150.75, "role", "r1", "enters as M"),
+        event(90.0, EventKind::Fault, "r1", "Down"),
+        event(90.5, EventKind::Detect, "r1", "probe failed"),
+        event(90.5, EventKind::Role, "r3", "M -> P"),
+        event(150.0, EventKind::Fault, "r1", "Rejoin"),
+        event(150.75, EventKind::Detect, "r1", "probe ok"),
+        event(150.75, EventKind::Role, "r1", "enters as M"),
     ];
     let replica_cpu = PHASES
         .iter()
@@ -153,7 +153,7 @@ fn synthetic(partial: bool, workload: &str) -> (Summary, RunMetrics) {
         ],
         phases,
         replica_cpu,
-        fault_events: events.into_iter().filter(|e| e.kind != "role").collect(),
+        fault_events: events.into_iter().filter(|e| e.kind != EventKind::Role).collect(),
         accounting: Class::ALL
             .map(|class| Accounting {
                 class,
@@ -325,7 +325,7 @@ fn detections_carry_their_delay() {
         [("fault", "–"), ("detect", "500 ms"), ("role", "–"), ("fault", "–"), ("detect", "750 ms"), ("role", "–")];
     assert_eq!(delays, want);
     // A detection without a fault of the same replica has no delay.
-    let ev = event_views(&[event(1.0, "fault", "r2", ""), event(2.0, "detect", "r3", "")]);
+    let ev = event_views(&[event(1.0, EventKind::Fault, "r2", ""), event(2.0, EventKind::Detect, "r3", "")]);
     assert_eq!(ev[1].delay, DASH);
 }
 
