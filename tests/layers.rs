@@ -9,8 +9,11 @@
 //! the modules each file names through `crate::...` (in `use` items and in
 //! code), `super::...` (resolved against the file's module and any inline
 //! `mod` blocks) and, in `main.rs`, `plbbench::...`. A file in no rank fails
-//! too, so a new top-level module must be placed in the table. The unit
-//! checks at the end plant violations to show the extractor can fail.
+//! too, so a new top-level module must be placed in the table. Within a
+//! rank, modules may use each other, but never in a cycle: the units (a
+//! top-level module, or `commands::run`, `cluster::docker`, ... one level
+//! down) must form a DAG. The unit checks at the end plant violations to
+//! show both checks can fail.
 
 use std::path::{Path, PathBuf};
 
@@ -305,6 +308,64 @@ fn check(module: &[String], src: &str) -> Vec<String> {
     bad
 }
 
+/// The unit of a module path: its longest known module prefix, cut to two
+/// segments (`commands::run`, `cluster::docker`, `core::router`, `sim`); an
+/// item of the crate root is lib's.
+fn unit(path: &[String], known: &[Vec<String>]) -> Vec<String> {
+    let module = (1..=path.len()).rev().map(|n| &path[..n]).find(|p| known.iter().any(|k| k == p));
+    match module {
+        Some(m) => m[..m.len().min(2)].to_vec(),
+        None => vec!["lib".to_string()],
+    }
+}
+
+/// The cycles among units, each as `a -> b -> ... -> a`; `files` are
+/// (module, source) pairs.
+fn cycles(files: &[(Vec<String>, String)]) -> Vec<String> {
+    let known: Vec<Vec<String>> = files.iter().map(|(m, _)| m.clone()).collect();
+    let mut edges: std::collections::BTreeMap<Vec<String>, std::collections::BTreeSet<Vec<String>>> =
+        std::collections::BTreeMap::new();
+    for (module, src) in files {
+        let from = unit(module, &known);
+        let alias = (module == &["main"]).then_some("plbbench");
+        for imp in imports(module, src, alias) {
+            let to = unit(&imp.path, &known);
+            if to != from && !imp.path.is_empty() {
+                edges.entry(from.clone()).or_default().insert(to);
+            }
+        }
+    }
+    // Depth-first search; a back edge closes a cycle.
+    fn visit(
+        v: &Vec<String>,
+        edges: &std::collections::BTreeMap<Vec<String>, std::collections::BTreeSet<Vec<String>>>,
+        stack: &mut Vec<Vec<String>>,
+        done: &mut std::collections::BTreeSet<Vec<String>>,
+        found: &mut Vec<String>,
+    ) {
+        if let Some(i) = stack.iter().position(|s| s == v) {
+            let mut cyc: Vec<String> = stack[i..].iter().map(|u| u.join("::")).collect();
+            cyc.push(v.join("::"));
+            found.push(cyc.join(" -> "));
+            return;
+        }
+        if !done.insert(v.clone()) {
+            return;
+        }
+        stack.push(v.clone());
+        for w in edges.get(v).into_iter().flatten() {
+            visit(w, edges, stack, done, found);
+        }
+        stack.pop();
+    }
+    let mut found = Vec::new();
+    let mut done = std::collections::BTreeSet::new();
+    for v in edges.keys() {
+        visit(v, &edges, &mut Vec::new(), &mut done, &mut found);
+    }
+    found
+}
+
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).expect("src is readable").flatten() {
         let p = e.path();
@@ -316,20 +377,38 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-#[test]
-fn every_import_points_down_the_layers() {
+/// Every file under `src/` as (module, source).
+fn sources() -> Vec<(PathBuf, Vec<String>, String)> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     files.sort();
     assert!(files.len() > 40, "found only {} files under {}", files.len(), src.display());
+    files
+        .into_iter()
+        .map(|f| {
+            let rel = f.strip_prefix(&src).unwrap().to_path_buf();
+            let text = std::fs::read_to_string(&f).unwrap();
+            let module = module_of(&rel);
+            (rel, module, text)
+        })
+        .collect()
+}
+
+#[test]
+fn every_import_points_down_the_layers() {
     let mut bad = Vec::new();
-    for f in &files {
-        let rel = f.strip_prefix(&src).unwrap();
-        let text = std::fs::read_to_string(f).unwrap();
-        bad.extend(check(&module_of(rel), &text).into_iter().map(|v| format!("src/{}: {v}", rel.display())));
+    for (rel, module, text) in sources() {
+        bad.extend(check(&module, &text).into_iter().map(|v| format!("src/{}: {v}", rel.display())));
     }
     assert!(bad.is_empty(), "{} layer violations:\n{}", bad.len(), bad.join("\n"));
+}
+
+#[test]
+fn no_units_import_each_other_in_a_cycle() {
+    let files: Vec<(Vec<String>, String)> = sources().into_iter().map(|(_, m, t)| (m, t)).collect();
+    let found = cycles(&files);
+    assert!(found.is_empty(), "import cycles:\n{}", found.join("\n"));
 }
 
 fn m(path: &str) -> Vec<String> {
@@ -377,4 +456,24 @@ fn an_unranked_module_fails() {
     assert_eq!(module_of(Path::new("cluster/local/mod.rs")), m("cluster::local"));
     assert_eq!(module_of(Path::new("lib.rs")), m("lib"));
     assert_eq!(module_of(Path::new("core/router.rs")), m("core::router"));
+}
+
+#[test]
+fn a_planted_cycle_is_found() {
+    let files = vec![
+        (m("commands::run"), "use crate::commands::cluster::running;".to_string()),
+        (m("commands::run::backend"), String::new()),
+        (m("commands::cluster"), "use super::run::plan::load_workload;".to_string()),
+        (m("commands::run::plan"), String::new()),
+        (m("core::model"), String::new()),
+    ];
+    assert_eq!(cycles(&files), ["commands::cluster -> commands::run -> commands::cluster"]);
+    // Down one way only: no cycle; a child naming its parent's items is not one either.
+    let files = vec![
+        (m("commands::run"), "use crate::core::model::Class;".to_string()),
+        (m("commands::run::backend"), "use super::plan::Plan; use crate::commands::run::execute;".to_string()),
+        (m("commands::run::plan"), String::new()),
+        (m("core::model"), String::new()),
+    ];
+    assert!(cycles(&files).is_empty());
 }

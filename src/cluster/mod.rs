@@ -25,6 +25,8 @@ pub use external::{ExternalCluster, ExternalError};
 pub use local::{LocalCluster, LocalError};
 
 use crate::core::model::Action;
+use crate::core::settings::ClusterKind;
+use anyhow::Context;
 use std::fmt;
 
 /// A fault that a backend can apply to one replica: what a schedule's
@@ -245,6 +247,21 @@ impl Cluster {
             _ => true,
         }
     }
+}
+
+/// The cluster that `plbbench cluster up --backend KIND` left running, if
+/// any: its state is read back from the backend's fixed state directory.
+/// Only local and docker clusters are ever left running (`None` otherwise).
+pub fn left_running(kind: ClusterKind) -> anyhow::Result<Option<Cluster>> {
+    Ok(match kind {
+        ClusterKind::Docker => DockerCluster::load(&docker::default_state_dir())
+            .context("reading the docker cluster state")?
+            .map(Cluster::Docker),
+        ClusterKind::Local => {
+            LocalCluster::load(&local::default_state_dir()).context("reading the cluster state")?.map(Cluster::Local)
+        }
+        ClusterKind::External | ClusterKind::Sim => None,
+    })
 }
 
 #[cfg(test)]

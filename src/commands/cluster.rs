@@ -160,14 +160,9 @@ fn provisioned(kind: ClusterKind) -> Result<(), Error> {
 }
 
 /// The cluster that `cluster up --backend KIND` left running, if any.
-pub fn running(kind: ClusterKind) -> Result<Option<Cluster>, Error> {
+fn running(kind: ClusterKind) -> Result<Option<Cluster>, Error> {
     provisioned(kind)?;
-    Ok(match kind {
-        ClusterKind::Docker => DockerCluster::load(&docker::default_state_dir())
-            .context("reading the docker cluster state")?
-            .map(Cluster::Docker),
-        _ => LocalCluster::load(&default_state_dir()).context("reading the cluster state")?.map(Cluster::Local),
-    })
+    Ok(crate::cluster::left_running(kind)?)
 }
 
 /// `plbbench image build`.

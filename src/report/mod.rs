@@ -2,6 +2,7 @@
 //! self-contained HTML report with its SVG charts.
 
 pub mod charts;
+pub mod experiment;
 pub mod files;
 pub mod html;
 pub mod summary;

@@ -6,11 +6,11 @@
 //! naming the folder (exit status 2).
 
 use super::model::{Cell, Folder, Info, Kind, Metric, Selection, Value};
-use crate::commands::experiment::{CellRow, METRICS};
 use crate::core::metrics::PhaseRow;
 use crate::core::model::Class;
 use crate::core::phases::WARMUP;
 use crate::error::{input, Error};
+use crate::report::experiment::{CellRow, METRICS};
 use crate::stats::Spread;
 use serde::Deserialize;
 use std::collections::HashMap;

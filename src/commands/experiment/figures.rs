@@ -4,9 +4,9 @@
 //! own baseline, Fig. 6 style). Pure functions over run summaries, kept
 //! apart from the grid runner so reports and the README can reuse them.
 
-use super::{metric, DECIMALS};
 use crate::core::model::Class;
 use crate::core::router::Strategy;
+use crate::report::experiment::{metric, DECIMALS};
 use crate::report::summary::Summary;
 use crate::stats::{self, Spread};
 use serde::{Deserialize, Serialize};

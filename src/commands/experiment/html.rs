@@ -8,9 +8,9 @@
 //! preformatted strings rendered through `templates/experiment.html`.
 
 use super::figures::{Figures, Rq2, Rq3, CASCADE_PHASES};
-use super::{ExperimentFile, RunEntry};
 use crate::core::model::Class;
 use crate::report::charts::{self, sig3, BarPanel, BarSeries};
+use crate::report::experiment::{ExperimentFile, RunEntry};
 use crate::report::html::{Colours, ReportError, STYLE};
 use crate::stats::Spread;
 use minijinja::{AutoEscape, Environment, UndefinedBehavior, Value};

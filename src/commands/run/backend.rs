@@ -8,7 +8,6 @@ use super::plan::{ClusterSpec, ExternalSpec, Plan};
 use crate::cluster::external::{ClusterFile, ExternalCluster};
 use crate::cluster::local::{default_state_dir, LocalCluster, LocalOptions};
 use crate::cluster::{docker, Cluster, DockerCluster, DockerOptions, Fault};
-use crate::commands::cluster::running;
 use crate::commands::signals::catch_signals;
 use crate::core::control::Controller;
 use crate::core::metrics::Collector;
@@ -53,9 +52,9 @@ pub fn run_sim(plan: &Plan, mut collector: Collector) -> (Collector, BackendOutc
 
 /// The cluster that `plbbench cluster up --backend KIND` left running, if
 /// any, checked to have K replicas.
-fn left_running(plan: &Plan, kind: ClusterKind) -> Result<Option<Cluster>, Error> {
+fn reuse_running(plan: &Plan, kind: ClusterKind) -> Result<Option<Cluster>, Error> {
     let k = plan.replicas;
-    let Some(c) = running(kind)? else { return Ok(None) };
+    let Some(c) = crate::cluster::left_running(kind)? else { return Ok(None) };
     if c.replicas() != k {
         return Err(Error::Input(format!(
             "--replicas: the running {} cluster has {} replicas, not {k} (run `plbbench cluster down --backend {}` first)",
@@ -122,7 +121,7 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
     };
     let cluster = match &plan.cluster {
         ClusterSpec::External(x) => Cluster::External(external_cluster(plan, x)?),
-        spec => match left_running(plan, spec.kind())? {
+        spec => match reuse_running(plan, spec.kind())? {
             Some(c) => c,
             None => start(plan, spec.kind())?,
         },
