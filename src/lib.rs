@@ -6,20 +6,19 @@
 //! The layers, each importing only from those before it (`tests/layers.rs`
 //! checks this): the pure [`core`] with `error`, `stats` and the leaf
 //! helpers `fsutil` and `progress`; the backends that execute sessions
-//! (`sim`, `driver`, [`cluster`], `live_metrics`); the `report` writers;
+//! (`backend`: the simulator and the real driver) and provision clusters
+//! ([`cluster`]); the `report` writers;
 //! the [`commands`]; and the command line ([`cli`]) with this dispatch.
 
+pub(crate) mod backend;
 pub mod cli;
 pub mod cluster;
 pub mod commands;
 pub mod core;
-pub(crate) mod driver;
 pub mod error;
 pub(crate) mod fsutil;
-pub(crate) mod live_metrics;
 pub(crate) mod progress;
 pub(crate) mod report;
-pub(crate) mod sim;
 pub(crate) mod stats;
 
 use cli::{Cli, Command};

@@ -29,7 +29,7 @@ fn one_line(e: &clap::Error) -> String {
     let text = e.render().to_string();
     let first = text.lines().next().unwrap_or("error: invalid arguments").trim().to_string();
     match e.get(ContextKind::ValidValue) {
-        Some(v) => format!("{first} (possible values: {})", v.to_string().replace('[', "").replace(']', "")),
+        Some(v) => format!("{first} (possible values: {})", v.to_string().replace(['[', ']'], "")),
         None => format!("{first} (see --help)"),
     }
 }

@@ -4,7 +4,7 @@
 //! report that does not add up.
 
 use plbbench::commands::run::args::default_run_args;
-use plbbench::commands::run::backend;
+use plbbench::commands::run::launch;
 use plbbench::commands::run::plan::Plan;
 use plbbench::core::metrics::Collector;
 use plbbench::Error;
@@ -51,7 +51,7 @@ fn a_session_the_backend_lost_fails_the_run_and_writes_nothing() {
     for (raw, class) in [(false, 0), (true, 1)] {
         let out = tmp.join(format!("run-{raw}"));
         let p = plan(&out, raw);
-        let (col, mut outcome) = backend::run_sim(&p, collector(&p));
+        let (col, mut outcome) = launch::run_sim(&p, collector(&p));
         // One session more in flight than the backend really had open.
         outcome.in_flight[class] += 1;
         let err = match plbbench::commands::run::conclude(&p, col, outcome, chrono::Utc::now(), Instant::now()) {
@@ -72,7 +72,7 @@ fn the_same_run_with_honest_books_is_written() {
     let tmp = tmp("honest");
     let out = tmp.join("run");
     let p = plan(&out, true);
-    let (col, outcome) = backend::run_sim(&p, collector(&p));
+    let (col, outcome) = launch::run_sim(&p, collector(&p));
     plbbench::commands::run::conclude(&p, col, outcome, chrono::Utc::now(), Instant::now()).expect("balanced run");
     for f in ["summary.json", "phases.csv", "timeseries.csv", "queries.csv", "report.html"] {
         assert!(out.join(f).is_file(), "{f} missing");

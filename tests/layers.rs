@@ -1,4 +1,4 @@
-//! The layer check (issue 15): every module of `src/` has a rank, and no
+//! The layer check: every module of `src/` has a rank, and no
 //! module imports one of a higher rank, so dependencies point one way:
 //!
 //! core (0) <- core::control (1) <- backends (2) <- report (3) <- commands
@@ -25,10 +25,8 @@ const RANKS: &[(&str, u8)] = &[
     ("stats", 0),
     ("fsutil", 0),
     ("progress", 0),
-    ("sim", 2),
-    ("driver", 2),
+    ("backend", 2),
     ("cluster", 2),
-    ("live_metrics", 2),
     ("report", 3),
     ("commands", 4),
     ("cli", 5),
@@ -423,11 +421,11 @@ fn a_planted_upward_import_is_found() {
     assert!(v[0].contains("imports commands::run::plan::Plan (rank 4, commands)"), "{v:?}");
     // In code, not only in `use`; groups; `super` resolved.
     assert_eq!(check(&core, "fn f() { let _ = crate::report::files::write_run; }").len(), 1);
-    assert_eq!(check(&m("sim"), "use crate::{core::model::Class, report::summary::Summary};").len(), 1);
+    assert_eq!(check(&m("backend::sim"), "use crate::{core::model::Class, report::summary::Summary};").len(), 1);
     assert_eq!(check(&m("cluster::local"), "use super::super::commands::cli;").len(), 1);
     assert_eq!(check(&m("report::charts::bars"), "use super::super::super::cli::Cli;").len(), 1);
     // A backend may not import core::control's callers, but may import it.
-    assert!(check(&m("driver"), "use crate::core::control::Run;").is_empty());
+    assert!(check(&m("backend::driver"), "use crate::core::control::Run;").is_empty());
     assert_eq!(check(&m("core::model"), "use crate::core::control::Run;").len(), 1);
     // Comments, strings and downward imports are not violations.
     assert!(
@@ -462,7 +460,7 @@ fn an_unranked_module_fails() {
 fn a_planted_cycle_is_found() {
     let files = vec![
         (m("commands::run"), "use crate::commands::cluster::running;".to_string()),
-        (m("commands::run::backend"), String::new()),
+        (m("commands::run::launch"), String::new()),
         (m("commands::cluster"), "use super::run::plan::load_workload;".to_string()),
         (m("commands::run::plan"), String::new()),
         (m("core::model"), String::new()),
@@ -471,7 +469,7 @@ fn a_planted_cycle_is_found() {
     // Down one way only: no cycle; a child naming its parent's items is not one either.
     let files = vec![
         (m("commands::run"), "use crate::core::model::Class;".to_string()),
-        (m("commands::run::backend"), "use super::plan::Plan; use crate::commands::run::execute;".to_string()),
+        (m("commands::run::launch"), "use super::plan::Plan; use crate::commands::run::execute;".to_string()),
         (m("commands::run::plan"), String::new()),
         (m("core::model"), String::new()),
     ];

@@ -2,7 +2,7 @@
 //! sequences over random cluster sizes and reference splits must keep every
 //! invariant the paper's policy promises.
 
-use plbbench::core::model::{Class, Role};
+use plbbench::core::model::{Class, ReplicaId, Role};
 use plbbench::core::roles::{count, target};
 use plbbench::core::router::{Router, RouterConfig, Strategy as Routing};
 use proptest::prelude::*;
@@ -97,34 +97,34 @@ proptest! {
                     if let Some(rep) = router.admit(class) {
                         prop_assert!(router.is_healthy(rep), "routed to a down replica");
                         if strategy == Routing::RrSplit {
-                            let own = if class == Class::P { rep < split_p } else { rep >= split_p };
+                            let own = if class == Class::P { rep < ReplicaId(split_p) } else { rep >= ReplicaId(split_p) };
                             prop_assert!(own, "rr-split crossed its partition");
                         }
-                        open.push((rep, class));
+                        open.push((rep.idx(), class));
                     } else if strategy != Routing::RrSplit {
                         prop_assert_eq!(router.survivors(), 0, "no capacity with healthy replicas");
                     }
                 }
                 Op::Release(i) if !open.is_empty() => {
                     let (rep, class) = open.swap_remove(i % open.len());
-                    router.release(rep, class);
+                    router.release(ReplicaId(rep), class);
                 }
                 Op::Release(_) => {}
                 Op::Fail(i) | Op::Heal(i) => {
                     let rep = i % k;
                     let healthy = matches!(op, Op::Heal(_));
-                    let changed = router.is_healthy(rep) != healthy;
-                    router.set_health(rep, healthy);
+                    let changed = router.is_healthy(ReplicaId(rep)) != healthy;
+                    router.set_health(ReplicaId(rep), healthy);
                     // Roles start at the reference split; repair (and so the
                     // target) applies from the first change of survivors on.
                     if strategy == Routing::Plb && changed {
                         let roles: Vec<Option<Role>> =
-                            (0..k).map(|x| router.is_healthy(x).then(|| router.role(x))).collect();
+                            (0..k).map(|x| router.is_healthy(ReplicaId(x)).then(|| router.role(ReplicaId(x)))).collect();
                         prop_assert_eq!(count(&roles), target(router.survivors(), r, k), "after repair");
                     }
                 }
             }
-            let sessions: u32 = (0..k).map(|x| router.active(x).iter().sum::<u32>()).sum();
+            let sessions: u32 = (0..k).map(|x| router.active(ReplicaId(x)).iter().sum::<u32>()).sum();
             prop_assert_eq!(sessions as usize, open.len());
         }
     }

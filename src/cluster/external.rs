@@ -20,6 +20,7 @@
 //! cpu = ["ssh", "db-{index}", "cpu-seconds"]  # prints cumulative CPU seconds
 //! ```
 
+use crate::core::model::ReplicaId;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -158,7 +159,7 @@ impl ExternalCluster {
             .enumerate()
             .map(|(i, d)| {
                 d.parse::<tokio_postgres::Config>().map_err(|e| {
-                    ExternalError::Input(format!("--dsn: DSN of r{} is not a valid libpq DSN: {e}", i + 1))
+                    ExternalError::Input(format!("--dsn: DSN of {} is not a valid libpq DSN: {e}", ReplicaId(i)))
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -166,7 +167,7 @@ impl ExternalCluster {
         if load_dataset {
             for (i, cfg) in configs.iter().enumerate() {
                 pgconn::run_statements(cfg, &dataset::render(scale, seed), super::local::LOAD_TIMEOUT)
-                    .map_err(sql(format!("loading the dataset on r{}", i + 1)))?;
+                    .map_err(sql(format!("loading the dataset on {}", ReplicaId(i))))?;
             }
         }
         let mut sums = Vec::new();
@@ -175,11 +176,13 @@ impl ExternalCluster {
             sums.push(
                 s.map_err(|e| match e {
                     pgconn::PgError::Pg(ref p) if p.code().is_some() => ExternalError::Dataset(format!(
-                        "r{}: {}",
-                        i + 1,
+                        "{}: {}",
+                        ReplicaId(i),
                         p.as_db_error().map_or("error".into(), |d| d.message().to_string())
                     )),
-                    other => ExternalError::Sql { what: format!("checking the dataset on r{}", i + 1), source: other },
+                    other => {
+                        ExternalError::Sql { what: format!("checking the dataset on {}", ReplicaId(i)), source: other }
+                    }
                 })?
                 .unwrap_or_default(),
             );
@@ -187,8 +190,8 @@ impl ExternalCluster {
         let want = format!("orders={}:", dataset::orders_rows(scale));
         if let Some(i) = sums.iter().position(|s| !s.starts_with(&want) || *s != sums[0]) {
             return Err(ExternalError::Dataset(format!(
-                "r{} holds `{}`, expected {} orders and the same data as r1",
-                i + 1,
+                "{} holds `{}`, expected {} orders and the same data as r1",
+                ReplicaId(i),
                 sums[i],
                 dataset::orders_rows(scale)
             )));
@@ -235,7 +238,7 @@ impl ExternalCluster {
 
     /// Runs the fault's command for replica `r`; returns `exit 0: <output>`.
     pub fn apply(&mut self, r: usize, fault: Fault) -> Result<String, ExternalError> {
-        let what = format!("{fault} of r{}", r + 1);
+        let what = format!("{fault} of {}", ReplicaId(r));
         let Some(argv) = self.commands.get(fault.key()) else {
             return Err(ExternalError::Command {
                 what,
@@ -283,7 +286,9 @@ pub fn expand(argv: &[String], r: usize, fault: Fault) -> Vec<String> {
     };
     argv.iter()
         .map(|a| {
-            a.replace("{replica}", &format!("r{}", r + 1)).replace("{index}", &r.to_string()).replace("{cpus}", &cpus)
+            a.replace("{replica}", &ReplicaId(r).to_string())
+                .replace("{index}", &r.to_string())
+                .replace("{cpus}", &cpus)
         })
         .collect()
 }

@@ -7,9 +7,9 @@
 //! Latencies go into one HdrHistogram per connection, merged at the end.
 //! Calibration uses [`measure`] for a replica's throughput under its quota.
 
+use crate::backend::driver::{execute, own_cpu_seconds, prepare};
 use crate::core::metrics::r4;
 use crate::core::workload::QueryTemplate;
-use crate::driver::{execute, own_cpu_seconds, prepare};
 use crate::error::{input, Error};
 use anyhow::Context;
 use clap::{Args, ValueEnum};

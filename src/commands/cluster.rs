@@ -11,12 +11,12 @@
 
 use super::run::plan::load_workload;
 use super::signals::catch_signals;
+use crate::backend::driver::{execute, prepare};
 use crate::cluster::docker::{self, DockerCluster, DockerOptions};
 use crate::cluster::local::{default_state_dir, LocalCluster, LocalOptions};
 use crate::cluster::{Cluster, Fault};
-use crate::core::model::{parse_replica, Class};
+use crate::core::model::{parse_replica, Class, ReplicaId};
 use crate::core::settings::{ClusterKind, Named};
-use crate::driver::{execute, prepare};
 use crate::error::{input, Error};
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -254,7 +254,7 @@ fn status(kind: ClusterKind) -> Result<(), Error> {
             for (r, st) in d.states().into_iter().enumerate() {
                 println!(
                     "{:<8} {:<6} {:<26} {:<8} {:.2}",
-                    format!("r{}", r + 1),
+                    ReplicaId(r).to_string(),
                     d.port(r),
                     d.container(r),
                     st,
@@ -327,8 +327,8 @@ pub fn cluster(args: ClusterArgs) -> Result<(), Error> {
                 .ok_or_else(|| input("--backend", format!("no {} cluster is running", a.backend.name())))?;
             let r = parse_replica(&a.replica, c.replicas()).map_err(|e| input("REPLICA", e))?;
             let t0 = Instant::now();
-            c.apply(r, fault).with_context(|| format!("{fault} of r{}", r + 1))?;
-            eprintln!("plbbench: {fault} of r{} applied in {:.2} s", r + 1, t0.elapsed().as_secs_f64());
+            c.apply(r.idx(), fault).with_context(|| format!("{fault} of {r}"))?;
+            eprintln!("plbbench: {fault} of {r} applied in {:.2} s", t0.elapsed().as_secs_f64());
             Ok(())
         }
         ClusterAction::Cpu(a) => {
@@ -338,11 +338,11 @@ pub fn cluster(args: ClusterArgs) -> Result<(), Error> {
             let secs = match &c {
                 Cluster::Docker(d) => {
                     // A fresh reading, not the poller's (which has only just started).
-                    d.cpu_now(r).context("reading the stats")?.map(|ns| ns as f64 / 1e9)
+                    d.cpu_now(r.idx()).context("reading the stats")?.map(|ns| ns as f64 / 1e9)
                 }
-                other => other.cpu_seconds(r),
+                other => other.cpu_seconds(r.idx()),
             };
-            let secs = secs.ok_or_else(|| Error::Run(anyhow::anyhow!("no CPU accounting for r{}", r + 1)))?;
+            let secs = secs.ok_or_else(|| Error::Run(anyhow::anyhow!("no CPU accounting for {r}")))?;
             println!("{secs:.3}");
             Ok(())
         }

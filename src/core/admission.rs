@@ -243,7 +243,7 @@ mod tests {
         g.observe(2.0, Load { cpu_pct: Some(10.0), ..Default::default() });
         assert_eq!(g.mode(), Mode::Normal);
         assert_eq!(g.drain(&mut r).len(), 10);
-        assert_eq!(r.active(0)[0] + r.active(1)[0], 20);
+        assert_eq!(r.active(ReplicaId(0))[0] + r.active(ReplicaId(1))[0], 20);
         assert_eq!(g.query_timeout_s(30.0), 30.0);
     }
 

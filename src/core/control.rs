@@ -291,8 +291,8 @@ impl Controller {
     pub fn evidence(&mut self, r: ReplicaId, ev: Evidence, source: Source, began_s: f64, now_s: f64) {
         let failure = matches!(ev, Evidence::Refused | Evidence::ProbeTimeout | Evidence::ConnError);
         if failure {
-            self.failed_s[r] = now_s;
-        } else if began_s < self.failed_s[r] {
+            self.failed_s[r.idx()] = now_s;
+        } else if began_s < self.failed_s[r.idx()] {
             return;
         }
         let notes = self.watch.evidence(&mut self.router, r, ev, now_s, source.name());
@@ -353,7 +353,7 @@ impl Controller {
     pub fn sample(&mut self, now_s: f64, cpu_s: &[Option<f64>]) -> Option<Transition> {
         let (t0, before) = &self.last_cpu;
         let dt_s = now_s - t0;
-        let healthy: Vec<bool> = (0..cpu_s.len()).map(|r| self.router.is_healthy(r)).collect();
+        let healthy: Vec<bool> = (0..cpu_s.len()).map(|r| self.router.is_healthy(ReplicaId(r))).collect();
         let cpu_pct = super::admission::cpu_pct(before, cpu_s, &healthy, dt_s, self.cpus);
         if cpu_s.iter().any(Option::is_some) {
             self.last_cpu = (now_s, cpu_s.to_vec());
@@ -434,10 +434,10 @@ mod tests {
         // (check began, seen at, healthy after): r1 was refused at 10 s.
         for (began, at, healthy) in [(9.0, 10.5, false), (10.0, 10.5, true), (10.2, 11.0, true)] {
             let mut c = probed();
-            c.probed(0, Evidence::Refused, 10.0, 10.0);
-            assert!(!c.is_healthy(0));
-            c.probed(0, Evidence::ProbeOk { ms: 1.0 }, began, at);
-            assert_eq!(c.is_healthy(0), healthy, "began {began}");
+            c.probed(ReplicaId(0), Evidence::Refused, 10.0, 10.0);
+            assert!(!c.is_healthy(ReplicaId(0)));
+            c.probed(ReplicaId(0), Evidence::ProbeOk { ms: 1.0 }, began, at);
+            assert_eq!(c.is_healthy(ReplicaId(0)), healthy, "began {began}");
         }
     }
 
@@ -460,8 +460,8 @@ mod tests {
         ];
         for (i, (make, answer, healthy, first)) in cases.into_iter().enumerate() {
             let mut c = make();
-            c.query_answered(1, answer, 1.0, 2.0);
-            assert_eq!(c.is_healthy(1), healthy, "case {i}");
+            c.query_answered(ReplicaId(1), answer, 1.0, 2.0);
+            assert_eq!(c.is_healthy(ReplicaId(1)), healthy, "case {i}");
             assert_eq!(logs(&mut c).first().map(|l| l.2.as_str()), first, "case {i}");
         }
     }
@@ -469,17 +469,20 @@ mod tests {
     #[test]
     fn connect_failures_abort_the_session_and_are_evidence() {
         let mut c = probed();
-        assert_eq!(c.connect_failed(2, ConnectError::Timeout, 1.0), AbortReason::Connect(ConnectError::Timeout));
-        assert!(c.is_healthy(2), "a connect timeout is not proof of death for the probe detector");
-        assert_eq!(c.connect_failed(2, ConnectError::Refused, 2.0).to_string(), "connect refused");
-        assert!(!c.is_healthy(2));
-        assert_eq!(logs(&mut c)[0], (EventKind::Detect, Some(2), "down (connection refused)".to_string()));
+        assert_eq!(
+            c.connect_failed(ReplicaId(2), ConnectError::Timeout, 1.0),
+            AbortReason::Connect(ConnectError::Timeout)
+        );
+        assert!(c.is_healthy(ReplicaId(2)), "a connect timeout is not proof of death for the probe detector");
+        assert_eq!(c.connect_failed(ReplicaId(2), ConnectError::Refused, 2.0).to_string(), "connect refused");
+        assert!(!c.is_healthy(ReplicaId(2)));
+        assert_eq!(logs(&mut c)[0], (EventKind::Detect, Some(ReplicaId(2)), "down (connection refused)".to_string()));
     }
 
     #[test]
     fn role_changes_are_logged_after_the_notes_that_caused_them() {
         let mut c = probed();
-        c.probed(0, Evidence::Refused, 1.0, 1.0);
+        c.probed(ReplicaId(0), Evidence::Refused, 1.0, 1.0);
         let kinds: Vec<EventKind> = logs(&mut c).iter().map(|l| l.0).collect();
         assert_eq!(kinds[0], EventKind::Detect);
         assert!(kinds.len() > 1 && kinds[1..].iter().all(|k| *k == EventKind::Role), "{kinds:?}");
@@ -493,8 +496,8 @@ mod tests {
         assert_eq!(c.request(2, Class::F, 1.0), Admission::Queued { deadline_s: 3.0 }, "one per replica");
         assert_eq!(c.request(3, Class::F, 1.5), Admission::Queued { deadline_s: 3.5 });
         assert_eq!(c.waiting(), Some([0, 2]));
-        let started = c.session_ended(0, Class::P, 2.0);
-        assert_eq!(started, [Admitted { client: 2, class: Class::F, replica: 0 }], "queue order");
+        let started = c.session_ended(ReplicaId(0), Class::P, 2.0);
+        assert_eq!(started, [Admitted { client: 2, class: Class::F, replica: ReplicaId(0) }], "queue order");
         assert!(c.expire_waiting(3.4).is_empty());
         let gone = c.expire_waiting(3.5);
         assert_eq!((gone.len(), gone[0].client), (1, 3));
@@ -547,9 +550,9 @@ mod tests {
     fn the_oracle_is_told_and_faults_are_logged_at_their_time() {
         let router = Router::new(RouterConfig::for_tests(Strategy::Rr, [1, 0, 1]));
         let mut c = Controller::new(router, Watch::oracle(2, Recovery::None, HealthConfig::default()), None, CPUS, 1e3);
-        c.fault(1, "Down".into(), 5.0);
-        c.told(1, false, 5.25);
-        c.probed(1, Evidence::ProbeOk { ms: 1.0 }, 6.0, 6.0);
+        c.fault(ReplicaId(1), "Down".into(), 5.0);
+        c.told(ReplicaId(1), false, 5.25);
+        c.probed(ReplicaId(1), Evidence::ProbeOk { ms: 1.0 }, 6.0, 6.0);
         assert_eq!(c.survivors(), 1, "the oracle ignores probes");
         let e = c.drain_events();
         assert_eq!(e.len(), 2);

@@ -37,13 +37,13 @@ impl Detector {
     pub fn observe(&mut self, r: ReplicaId, probe: Probe) -> Option<bool> {
         match probe {
             Probe::Ok => {
-                self.timeouts[r] = 0;
+                self.timeouts[r.idx()] = 0;
                 Some(true)
             }
             Probe::Refused => Some(false),
             Probe::Timeout => {
-                self.timeouts[r] += 1;
-                (self.timeouts[r] >= TIMEOUTS_TO_DOWN).then_some(false)
+                self.timeouts[r.idx()] += 1;
+                (self.timeouts[r.idx()] >= TIMEOUTS_TO_DOWN).then_some(false)
             }
         }
     }
@@ -56,12 +56,12 @@ mod tests {
     #[test]
     fn refusal_is_immediate_timeouts_need_a_run() {
         let mut d = Detector::new(2);
-        assert_eq!(d.observe(0, Probe::Refused), Some(false));
-        assert_eq!(d.observe(1, Probe::Timeout), None);
-        assert_eq!(d.observe(1, Probe::Timeout), None);
-        assert_eq!(d.observe(1, Probe::Ok), Some(true));
-        assert_eq!(d.observe(1, Probe::Timeout), None, "an answer resets the count");
-        assert_eq!(d.observe(1, Probe::Timeout), None);
-        assert_eq!(d.observe(1, Probe::Timeout), Some(false));
+        assert_eq!(d.observe(ReplicaId(0), Probe::Refused), Some(false));
+        assert_eq!(d.observe(ReplicaId(1), Probe::Timeout), None);
+        assert_eq!(d.observe(ReplicaId(1), Probe::Timeout), None);
+        assert_eq!(d.observe(ReplicaId(1), Probe::Ok), Some(true));
+        assert_eq!(d.observe(ReplicaId(1), Probe::Timeout), None, "an answer resets the count");
+        assert_eq!(d.observe(ReplicaId(1), Probe::Timeout), None);
+        assert_eq!(d.observe(ReplicaId(1), Probe::Timeout), Some(false));
     }
 }

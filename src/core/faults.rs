@@ -163,9 +163,9 @@ impl Open {
 /// faults afterwards.
 pub fn replay(events: &[FaultEvent], replicas: usize) -> Vec<Open> {
     let mut open = vec![Open::default(); replicas];
-    for e in events.iter().filter(|e| e.replica < replicas) {
+    for e in events.iter().filter(|e| e.replica < ReplicaId(replicas)) {
         // A validated schedule applies cleanly; an invalid step is skipped.
-        let _ = open[e.replica].apply(e.action);
+        let _ = open[e.replica.idx()].apply(e.action);
     }
     open
 }
@@ -174,7 +174,7 @@ pub fn replay(events: &[FaultEvent], replicas: usize) -> Vec<Open> {
 /// per replica the latest open fault first (end-of-run cleanup).
 pub fn undo(events: &[FaultEvent], replicas: usize) -> Vec<(ReplicaId, Action)> {
     let open = replay(events, replicas);
-    open.iter().enumerate().flat_map(|(r, o)| o.undo().into_iter().map(move |a| (r, a))).collect()
+    open.iter().enumerate().flat_map(|(r, o)| o.undo().into_iter().map(move |a| (ReplicaId(r), a))).collect()
 }
 
 /// A fault schedule problem.
@@ -238,7 +238,7 @@ pub fn parse(text: &str, tl: Timeline) -> Result<Vec<FaultEvent>, FaultError> {
         last_t = e.t_s;
         let r = parse_replica(&e.replica, tl.replicas).map_err(|m| err("replica", m))?;
         let action = action_of(e.action, e.fraction).map_err(|(field, reason)| err(field, reason))?;
-        open[r].apply(action).map_err(|m| err("action", format!("{action} of {}: {m}", e.replica)))?;
+        open[r.idx()].apply(action).map_err(|m| err("action", format!("{action} of {}: {m}", e.replica)))?;
         events.push(FaultEvent { t_s: e.t_s, replica: r, action });
     }
     Ok(events)
@@ -262,7 +262,7 @@ mod tests {
         }
         let cascade = parse(preset("cascade").unwrap(), TL).unwrap();
         assert_eq!(cascade.len(), 4);
-        assert_eq!(cascade[1], FaultEvent { t_s: 150.0, replica: 1, action: Action::Down });
+        assert_eq!(cascade[1], FaultEvent { t_s: 150.0, replica: ReplicaId(1), action: Action::Down });
     }
 
     #[test]
@@ -289,8 +289,8 @@ mod tests {
     #[test]
     fn slow_takes_a_fraction_and_restore_ends_it() {
         let e = parse(preset("slow-replica").unwrap(), TL).unwrap();
-        assert_eq!(e[0], FaultEvent { t_s: 120.0, replica: 0, action: Action::Slow(0.25) });
-        assert_eq!(e[1], FaultEvent { t_s: 210.0, replica: 0, action: Action::Restore });
+        assert_eq!(e[0], FaultEvent { t_s: 120.0, replica: ReplicaId(0), action: Action::Slow(0.25) });
+        assert_eq!(e[1], FaultEvent { t_s: 210.0, replica: ReplicaId(0), action: Action::Restore });
         let text = one("partition", "") + "[[event]]\nt_s = 130\nreplica = \"r2\"\naction = \"heal\"\n";
         let p = parse(&text, TL).unwrap();
         assert_eq!((p[0].action, p[1].action), (Action::Partition, Action::Heal));
@@ -345,13 +345,13 @@ mod tests {
         assert_eq!(o.undo(), vec![Action::Restore]);
         let ev = |t_s, replica, action| FaultEvent { t_s, replica, action };
         let events = [
-            ev(1.0, 0, Action::Down),
-            ev(2.0, 1, Action::Slow(0.5)),
-            ev(3.0, 0, Action::Rejoin),
-            ev(4.0, 2, Action::Partition),
+            ev(1.0, ReplicaId(0), Action::Down),
+            ev(2.0, ReplicaId(1), Action::Slow(0.5)),
+            ev(3.0, ReplicaId(0), Action::Rejoin),
+            ev(4.0, ReplicaId(2), Action::Partition),
         ];
-        assert_eq!(undo(&events, 3), vec![(1, Action::Restore), (2, Action::Heal)]);
-        assert!(undo(&events[..3], 3).iter().all(|(r, _)| *r == 1), "r1 rejoined, nothing to undo there");
+        assert_eq!(undo(&events, 3), vec![(ReplicaId(1), Action::Restore), (ReplicaId(2), Action::Heal)]);
+        assert!(undo(&events[..3], 3).iter().all(|(r, _)| *r == ReplicaId(1)), "r1 rejoined, nothing to undo there");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! averages percentiles) and checks at the end that every query and session
 //! is counted exactly once. Pure: no clocks, no I/O.
 
-use super::model::{replica_name, AbortReason, Class, EventKind, QueryError, ReplicaId, Role};
+use super::model::{AbortReason, Class, EventKind, QueryError, ReplicaId, Role};
 use super::phases::{locate, Phase, WARMUP};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
@@ -345,7 +345,7 @@ impl Collector {
             raw.push(QueryRow {
                 session: q.session,
                 class: q.class,
-                replica: replica_name(q.replica),
+                replica: q.replica.to_string(),
                 intended_us: us(q.intended_s),
                 start_us: us(q.start_s),
                 end_us: us(q.end_s),
@@ -359,10 +359,10 @@ impl Collector {
     fn flow_at(&mut self, t_s: f64, r: ReplicaId) -> &mut Flow {
         let sec = self.second(t_s);
         let row = &mut self.flow[sec];
-        if row.len() <= r {
-            row.resize(r + 1, Flow::default());
+        if row.len() <= r.idx() {
+            row.resize(r.idx() + 1, Flow::default());
         }
-        &mut row[r]
+        &mut row[r.idx()]
     }
 
     /// Counts a session as started at `t_s` on replica `r` (the moment the
@@ -440,7 +440,7 @@ impl Collector {
             }
             self.replica_rows.push(ReplicaRow {
                 t_s: r4(t_s),
-                replica: replica_name(r),
+                replica: ReplicaId(r).to_string(),
                 up: s.up,
                 role: s.role,
                 cpu_fraction,
@@ -448,8 +448,8 @@ impl Collector {
                 active_f: s.active[1],
             });
         }
-        for c in 0..2 {
-            self.seconds[sec][c].active = active[c];
+        for (agg, n) in self.seconds[sec].iter_mut().zip(active) {
+            agg.active = n;
         }
     }
 
@@ -458,7 +458,7 @@ impl Collector {
         self.events.push(EventRow {
             t_s: r4(t_s),
             kind,
-            replica: replica.map(replica_name).unwrap_or_default(),
+            replica: replica.map(|r| r.to_string()).unwrap_or_default(),
             detail: detail.into(),
         });
     }
@@ -487,7 +487,7 @@ impl Collector {
                 if let (Some(a), Some(b)) = (self.cpu_at(r, p.start_s), self.cpu_at(r, p.end_s)) {
                     let u = (b - a) / (self.cpus * p.len_s());
                     us.push(u);
-                    rows.push(ReplicaCpu { phase: p.name.clone(), replica: replica_name(r), u: r4(u) });
+                    rows.push(ReplicaCpu { phase: p.name.clone(), replica: ReplicaId(r).to_string(), u: r4(u) });
                 }
             }
             stats.push((!us.is_empty()).then(|| {
@@ -662,7 +662,7 @@ mod tests {
         QueryRecord {
             session: 1,
             class: Class::P,
-            replica: 0,
+            replica: ReplicaId(0),
             intended_s: end_s - 0.1,
             start_s: end_s - 0.05,
             end_s,
@@ -701,13 +701,19 @@ mod tests {
     #[test]
     fn unaccounted_sessions_fail_the_check() {
         let mut c = collector();
-        c.session_started(Class::F, 0, 1.0);
-        c.session_started(Class::F, 0, 1.0);
-        c.session_ended(SessionRecord { class: Class::F, replica: 0, start_s: 1.0, end_s: 3.0, abort: None });
+        c.session_started(Class::F, ReplicaId(0), 1.0);
+        c.session_started(Class::F, ReplicaId(0), 1.0);
+        c.session_ended(SessionRecord {
+            class: Class::F,
+            replica: ReplicaId(0),
+            start_s: 1.0,
+            end_s: 3.0,
+            abort: None,
+        });
         let m = c.finish(&|_, _| true, [0, 0]);
         assert!(m.check_accounting().unwrap_err().0.contains("2 sessions started"));
         let mut c = collector();
-        c.session_started(Class::F, 1, 2.0);
+        c.session_started(Class::F, ReplicaId(1), 2.0);
         let m = c.finish(&|_, _| true, [0, 1]);
         m.check_accounting().unwrap();
     }
@@ -738,17 +744,23 @@ mod tests {
     #[test]
     fn session_starts_and_aborts_are_binned_per_second_and_replica() {
         let mut c = collector();
-        c.session_started(Class::P, 0, 3.2);
-        c.session_started(Class::F, 0, 3.9);
-        c.session_started(Class::F, 1, 4.0);
+        c.session_started(Class::P, ReplicaId(0), 3.2);
+        c.session_started(Class::F, ReplicaId(0), 3.9);
+        c.session_started(Class::F, ReplicaId(1), 4.0);
         c.session_ended(SessionRecord {
             class: Class::P,
-            replica: 0,
+            replica: ReplicaId(0),
             start_s: 3.2,
             end_s: 7.5,
             abort: Some(AbortReason::Query(QueryError::ConnectionLost)),
         });
-        c.session_ended(SessionRecord { class: Class::F, replica: 0, start_s: 3.9, end_s: 7.6, abort: None });
+        c.session_ended(SessionRecord {
+            class: Class::F,
+            replica: ReplicaId(0),
+            start_s: 3.9,
+            end_s: 7.6,
+            abort: None,
+        });
         let m = c.finish(&|_, _| true, [0, 1]);
         assert_eq!(m.flow.len(), 20, "one row per second of the 20 s run");
         assert_eq!(m.flow[3], vec![Flow { started: 2, aborted: 0 }, Flow::default()]);

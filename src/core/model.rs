@@ -6,12 +6,28 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// Index of a replica, 0-based; displayed as `r1..rK`.
-pub type ReplicaId = usize;
+/// A replica: its 0-based index, displayed the way users write it (`r1`
+/// for index 0). Serialised as the bare index, as before it was a type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ReplicaId(pub usize);
 
-/// Formats a replica index the way users write it (`r1` for index 0).
-pub fn replica_name(r: ReplicaId) -> String {
-    format!("r{}", r + 1)
+impl ReplicaId {
+    /// The index into per-replica vectors.
+    pub fn idx(self) -> usize {
+        self.0
+    }
+
+    /// Every replica of a K-replica cluster, r1 first.
+    pub fn all(k: usize) -> impl Iterator<Item = ReplicaId> {
+        (0..k).map(ReplicaId)
+    }
+}
+
+impl fmt::Display for ReplicaId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "r{}", self.0 + 1)
+    }
 }
 
 /// Parses `r1`..`rK` (or a bare 1-based number) into an index below `k`.
@@ -21,7 +37,7 @@ pub fn parse_replica(s: &str, k: usize) -> Result<ReplicaId, String> {
     if n == 0 || n > k {
         return Err(format!("replica `{s}` does not exist (expected r1..r{k})"));
     }
-    Ok(n - 1)
+    Ok(ReplicaId(n - 1))
 }
 
 /// A session's service class: Premium or Freemium.

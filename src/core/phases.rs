@@ -58,7 +58,7 @@ pub fn cut(events: &[FaultEvent], replicas: usize, ramp_s: f64, baseline_s: f64,
         let mut name = String::new();
         while i < events.len() && events[i].t_s == t {
             let (a, r) = (events[i].action, events[i].replica);
-            if let Some(o) = open.get_mut(r) {
+            if let Some(o) = open.get_mut(r.idx()) {
                 // Schedules are validated before they are cut.
                 let _ = o.apply(a);
             }
@@ -87,9 +87,10 @@ pub fn locate(phases: &[Phase], t_s: f64) -> usize {
 mod tests {
     use super::*;
     use crate::core::model::Action::{self, *};
+    use crate::core::model::ReplicaId;
 
     fn ev(t_s: f64, replica: usize, action: Action) -> FaultEvent {
-        FaultEvent { t_s, replica, action }
+        FaultEvent { t_s, replica: ReplicaId(replica), action }
     }
 
     #[test]

@@ -170,7 +170,7 @@ fn parse_health(detail: &str) -> Option<(Health, Health)> {
 pub fn full_service(f: &Fault, transitions: &[Seen]) -> Option<f64> {
     let end = f.ended_s?;
     let mine = || transitions.iter().filter(|s| s.replica == f.replica);
-    let at_end = mine().filter(|s| s.transition.at_s <= end).last().map_or(Health::Healthy, |s| s.transition.to);
+    let at_end = mine().rfind(|s| s.transition.at_s <= end).map_or(Health::Healthy, |s| s.transition.to);
     if at_end == Health::Healthy {
         return Some(end);
     }
@@ -184,14 +184,15 @@ fn overlapping(flow: &[Vec<Flow>], from: f64, to: f64) -> std::ops::Range<usize>
 }
 
 fn started(row: &[Flow], r: ReplicaId) -> f64 {
-    f64::from(row.get(r).map_or(0, |f| f.started))
+    f64::from(row.get(r.idx()).map_or(0, |f| f.started))
 }
 
 /// Each replica's share of all session starts in the seconds wholly inside
 /// `[from, to)`; `None` when there were none.
 pub fn shares(flow: &[Vec<Flow>], from: f64, to: f64, replicas: usize) -> Option<Vec<f64>> {
     let secs = overlapping(flow, from.ceil(), to.floor());
-    let per: Vec<f64> = (0..replicas).map(|r| flow[secs.clone()].iter().map(|row| started(row, r)).sum()).collect();
+    let per: Vec<f64> =
+        (0..replicas).map(|r| flow[secs.clone()].iter().map(|row| started(row, ReplicaId(r))).sum()).collect();
     let all: f64 = flow[secs].iter().flat_map(|row| row.iter()).map(|f| f64::from(f.started)).sum();
     (all > 0.0).then(|| per.iter().map(|n| n / all).collect())
 }
@@ -208,7 +209,7 @@ pub fn shifted(flow: &[Vec<Flow>], r: ReplicaId, share: f64, from: f64, to: f64)
 
 /// Sessions aborted on `r` in the seconds overlapping `[from, to)`.
 pub fn retries(flow: &[Vec<Flow>], r: ReplicaId, from: f64, to: f64) -> u64 {
-    flow[overlapping(flow, from, to)].iter().map(|row| u64::from(row.get(r).map_or(0, |f| f.aborted))).sum()
+    flow[overlapping(flow, from, to)].iter().map(|row| u64::from(row.get(r.idx()).map_or(0, |f| f.aborted))).sum()
 }
 
 /// The ledger of a finished run: baselines are the `baseline` phase's p95
@@ -265,9 +266,9 @@ fn entry(f: &Fault, seen: &Observed) -> Entry {
     let backlog_limit = (seen.backlog.1 * WITHIN).max(seen.backlog.1 + FLOOR_MS);
     let full = full_service(f, seen.transitions);
     let window_end = full.unwrap_or(seen.flow.len() as f64);
-    let share = seen.share.get(f.replica).copied();
+    let share = seen.share.get(f.replica.idx()).copied();
     Entry {
-        replica: super::model::replica_name(f.replica),
+        replica: f.replica.to_string(),
         action: String::new(),
         at_s: f.at_s,
         ended_s: f.ended_s,
@@ -294,9 +295,8 @@ pub fn settled(series: &Series, from: f64, limit: f64) -> Option<f64> {
 /// Transitions to SUSPECT or ISOLATED on a replica that had no fault open
 /// at that moment: the detector suspected a healthy replica.
 pub fn false_suspicions(faults: &[Fault], transitions: &[Seen]) -> usize {
-    let open = |r: ReplicaId, t: f64| {
-        faults.iter().any(|f| f.replica == r && f.at_s <= t && f.ended_s.map_or(true, |e| t <= e))
-    };
+    let open =
+        |r: ReplicaId, t: f64| faults.iter().any(|f| f.replica == r && f.at_s <= t && f.ended_s.is_none_or(|e| t <= e));
     transitions
         .iter()
         .filter(|s| matches!(s.transition.to, Health::Suspect | Health::Isolated))
@@ -351,11 +351,11 @@ mod tests {
     fn ledger_measures_every_step_from_the_fault() {
         use Health::*;
         let transitions = [
-            tr(1, 10.5, Healthy, Suspect),
-            tr(1, 12.0, Suspect, Isolated),
-            tr(0, 13.0, Healthy, Suspect), // another replica: ignored
-            tr(1, 20.4, Isolated, Recovering),
-            tr(1, 30.4, Recovering, Healthy),
+            tr(ReplicaId(1), 10.5, Healthy, Suspect),
+            tr(ReplicaId(1), 12.0, Suspect, Isolated),
+            tr(ReplicaId(0), 13.0, Healthy, Suspect), // another replica: ignored
+            tr(ReplicaId(1), 20.4, Isolated, Recovering),
+            tr(ReplicaId(1), 30.4, Recovering, Healthy),
         ];
         // p95 of P: 40 ms baseline, high until second 24, back from 25 on.
         let mut p = vec![40.0; 10];
@@ -374,7 +374,7 @@ mod tests {
             flow: &flow,
             share: &[],
         };
-        let fault = Fault { replica: 1, at_s: 10.0, ended_s: Some(20.0) };
+        let fault = Fault { replica: ReplicaId(1), at_s: 10.0, ended_s: Some(20.0) };
         let e = &ledger(&[fault], &seen)[0];
         assert_eq!(e.replica, "r2");
         assert_eq!(e.detect_s, Some(0.5));
@@ -405,10 +405,10 @@ mod tests {
         flow[12][0].aborted = 2; // another replica
         flow[25][1].aborted = 3; // after the window
         let transitions = vec![
-            tr(1, 10.2, Healthy, Suspect),
-            tr(1, 11.0, Suspect, Isolated),
-            tr(1, 15.3, Isolated, Recovering),
-            tr(1, 20.0, Recovering, Healthy),
+            tr(ReplicaId(1), 10.2, Healthy, Suspect),
+            tr(ReplicaId(1), 11.0, Suspect, Isolated),
+            tr(ReplicaId(1), 15.3, Isolated, Recovering),
+            tr(ReplicaId(1), 20.0, Recovering, Healthy),
         ];
         (flow, transitions)
     }
@@ -426,21 +426,21 @@ mod tests {
             flow: &flow,
             share: &share,
         };
-        let e = &ledger(&[Fault { replica: 1, at_s: 10.0, ended_s: Some(15.0) }], &seen)[0];
+        let e = &ledger(&[Fault { replica: ReplicaId(1), at_s: 10.0, ended_s: Some(15.0) }], &seen)[0];
         assert_eq!(e.full_service_s, Some(10.0), "healthy again at 20");
         assert_eq!(e.sessions_shifted, Some(5 * 2 + 5), "2 a second while down, 1 while recovering");
         assert_eq!(e.retries, Some(4), "only r2's aborts inside [10, 20)");
         // Another replica gained sessions but lost none: nothing shifted away from it.
-        assert_eq!(shifted(&flow, 0, 1.0 / 3.0, 10.0, 20.0), 0);
+        assert_eq!(shifted(&flow, ReplicaId(0), 1.0 / 3.0, 10.0, 20.0), 0);
     }
 
     #[test]
     fn a_fault_the_router_never_noticed_ends_at_its_end_and_an_endless_one_at_the_run_end() {
         let (flow, _) = traffic();
-        let unseen = Fault { replica: 1, at_s: 10.0, ended_s: Some(15.0) };
+        let unseen = Fault { replica: ReplicaId(1), at_s: 10.0, ended_s: Some(15.0) };
         assert_eq!(full_service(&unseen, &[]), Some(15.0));
-        assert_eq!(shifted(&flow, 1, 1.0 / 3.0, 10.0, 15.0), 10);
-        let endless = Fault { replica: 1, at_s: 10.0, ended_s: None };
+        assert_eq!(shifted(&flow, ReplicaId(1), 1.0 / 3.0, 10.0, 15.0), 10);
+        let endless = Fault { replica: ReplicaId(1), at_s: 10.0, ended_s: None };
         assert_eq!(full_service(&endless, &traffic().1), None);
         let share = [1.0 / 3.0; 3];
         let (series, backlog) = (series(&[10.0; 30]), series(&[0.0; 30]));
@@ -465,8 +465,8 @@ mod tests {
         use crate::core::metrics::{Collector, SessionRecord};
         use crate::core::model::Action;
         let faults = [
-            FaultEvent { t_s: 20.0, replica: 0, action: Action::Down },
-            FaultEvent { t_s: 30.0, replica: 0, action: Action::Rejoin },
+            FaultEvent { t_s: 20.0, replica: ReplicaId(0), action: Action::Down },
+            FaultEvent { t_s: 30.0, replica: ReplicaId(0), action: Action::Rejoin },
         ];
         let phases = crate::core::phases::cut(&faults, 2, 10.0, 10.0, 40.0);
         let mut c = Collector::new(phases, 2, 1.0, false);
@@ -475,23 +475,23 @@ mod tests {
             let down = (20..30).contains(&t);
             let on = if down { [1, 1] } else { [0, 1] };
             for r in on {
-                c.session_started(Class::P, r, f64::from(t) + 0.5);
+                c.session_started(Class::P, ReplicaId(r), f64::from(t) + 0.5);
             }
         }
         c.session_ended(SessionRecord {
             class: Class::P,
-            replica: 0,
+            replica: ReplicaId(0),
             start_s: 19.5,
             end_s: 20.0,
             abort: Some(crate::core::model::AbortReason::Query(crate::core::model::QueryError::ConnectionLost)),
         });
-        c.event(5.0, EventKind::Health, Some(1), "HEALTHY->SUSPECT (slow)"); // false
-        c.event(6.0, EventKind::Health, Some(1), "SUSPECT->HEALTHY (fast)");
-        c.event(20.2, EventKind::Health, Some(0), "HEALTHY->SUSPECT (refused)");
-        c.event(20.3, EventKind::Health, Some(0), "SUSPECT->ISOLATED (refused)");
-        c.event(25.0, EventKind::Health, Some(1), "HEALTHY->ISOLATED (timeout)"); // false, and a removal
-        c.event(30.5, EventKind::Health, Some(0), "ISOLATED->RECOVERING (probe)");
-        c.event(33.0, EventKind::Health, Some(0), "RECOVERING->HEALTHY (stable)");
+        c.event(5.0, EventKind::Health, Some(ReplicaId(1)), "HEALTHY->SUSPECT (slow)"); // false
+        c.event(6.0, EventKind::Health, Some(ReplicaId(1)), "SUSPECT->HEALTHY (fast)");
+        c.event(20.2, EventKind::Health, Some(ReplicaId(0)), "HEALTHY->SUSPECT (refused)");
+        c.event(20.3, EventKind::Health, Some(ReplicaId(0)), "SUSPECT->ISOLATED (refused)");
+        c.event(25.0, EventKind::Health, Some(ReplicaId(1)), "HEALTHY->ISOLATED (timeout)"); // false, and a removal
+        c.event(30.5, EventKind::Health, Some(ReplicaId(0)), "ISOLATED->RECOVERING (probe)");
+        c.event(33.0, EventKind::Health, Some(ReplicaId(0)), "RECOVERING->HEALTHY (stable)");
         let m = c.finish(&|_, _| true, [0, 0]);
         let s = suspicions_of_run(&faults, &m, 2);
         assert_eq!(s, Suspicions { suspicions: 4, false_suspicions: 2, false_removals: 1 });
@@ -505,22 +505,22 @@ mod tests {
     fn every_fault_pairs_with_the_action_that_ends_it() {
         let ev = |t_s, replica, action| FaultEvent { t_s, replica, action };
         let events = [
-            ev(10.0, 0, Action::Slow(0.25)),
-            ev(12.0, 1, Action::Partition),
-            ev(14.0, 0, Action::Pause),
-            ev(16.0, 0, Action::Resume),
-            ev(18.0, 1, Action::Heal),
-            ev(20.0, 0, Action::Restore),
-            ev(22.0, 2, Action::Down),
+            ev(10.0, ReplicaId(0), Action::Slow(0.25)),
+            ev(12.0, ReplicaId(1), Action::Partition),
+            ev(14.0, ReplicaId(0), Action::Pause),
+            ev(16.0, ReplicaId(0), Action::Resume),
+            ev(18.0, ReplicaId(1), Action::Heal),
+            ev(20.0, ReplicaId(0), Action::Restore),
+            ev(22.0, ReplicaId(2), Action::Down),
         ];
         let got: Vec<_> = faults_of(&events).into_iter().map(|(f, a)| (f.replica, a, f.at_s, f.ended_s)).collect();
         assert_eq!(
             got,
             vec![
-                (0, Action::Slow(0.25), 10.0, Some(20.0)),
-                (1, Action::Partition, 12.0, Some(18.0)),
-                (0, Action::Pause, 14.0, Some(16.0)),
-                (2, Action::Down, 22.0, None),
+                (ReplicaId(0), Action::Slow(0.25), 10.0, Some(20.0)),
+                (ReplicaId(1), Action::Partition, 12.0, Some(18.0)),
+                (ReplicaId(0), Action::Pause, 14.0, Some(16.0)),
+                (ReplicaId(2), Action::Down, 22.0, None),
             ]
         );
     }
@@ -536,12 +536,12 @@ mod tests {
     #[test]
     fn suspicion_outside_any_fault_is_false() {
         use Health::*;
-        let faults = [Fault { replica: 0, at_s: 10.0, ended_s: Some(20.0) }];
+        let faults = [Fault { replica: ReplicaId(0), at_s: 10.0, ended_s: Some(20.0) }];
         let t = [
-            tr(0, 11.0, Healthy, Suspect),
-            tr(0, 25.0, Healthy, Suspect),
-            tr(1, 12.0, Healthy, Isolated),
-            tr(0, 26.0, Suspect, Healthy),
+            tr(ReplicaId(0), 11.0, Healthy, Suspect),
+            tr(ReplicaId(0), 25.0, Healthy, Suspect),
+            tr(ReplicaId(1), 12.0, Healthy, Isolated),
+            tr(ReplicaId(0), 26.0, Suspect, Healthy),
         ];
         assert_eq!(false_suspicions(&faults, &t), 2);
     }

@@ -108,7 +108,7 @@ pub fn repair(roles: &mut [Option<Role>], load: &[u32], goal: RoleVector, refere
             .min_by_key(|&r| (load[r], r))
             .expect("a donor role above its target has a replica");
         roles[pick] = Some(needy);
-        moves.push(Move { replica: pick, from: donor, to: needy });
+        moves.push(Move { replica: ReplicaId(pick), from: donor, to: needy });
     }
     moves
 }
@@ -152,14 +152,14 @@ mod tests {
         // K+=4 after r1 died: P(r2), M(r3), F(r4), F(r5); goal (2,0,2).
         let mut roles = vec![None, Some(Role::P), Some(Role::M), Some(Role::F), Some(Role::F)];
         let moves = repair(&mut roles, &[0, 5, 3, 1, 2], [2, 0, 2], [2, 1, 2]);
-        assert_eq!(moves, vec![Move { replica: 2, from: Role::M, to: Role::P }]);
+        assert_eq!(moves, vec![Move { replica: ReplicaId(2), from: Role::M, to: Role::P }]);
     }
 
     #[test]
     fn repair_crosses_boundary_from_least_loaded_donor() {
         let mut roles = vec![None, Some(Role::P), Some(Role::F), Some(Role::F), Some(Role::F)];
         let moves = repair(&mut roles, &[0, 5, 9, 1, 4], [2, 0, 2], [2, 1, 2]);
-        assert_eq!(moves, vec![Move { replica: 3, from: Role::F, to: Role::P }]);
+        assert_eq!(moves, vec![Move { replica: ReplicaId(3), from: Role::F, to: Role::P }]);
     }
 
     #[test]

@@ -178,7 +178,7 @@ impl Router {
     /// or returns `None` ("no capacity").
     pub fn admit(&mut self, class: Class) -> Option<ReplicaId> {
         let pick = self.pick(class)?;
-        self.replicas[pick].active[class.idx()] += 1;
+        self.replicas[pick.idx()].active[class.idx()] += 1;
         Some(pick)
     }
 
@@ -186,7 +186,7 @@ impl Router {
     /// it is offered (its credit grows by s a turn); the rest pass it by.
     fn take_credit(&mut self, r: ReplicaId, class: Class) -> bool {
         let c = class.idx();
-        let rep = &mut self.replicas[r];
+        let rep = &mut self.replicas[r.idx()];
         if rep.share[c] >= 1.0 {
             return true;
         }
@@ -207,7 +207,7 @@ impl Router {
 
     /// [`Self::set_share`] per class `[P, F]`.
     pub fn set_shares(&mut self, replica: ReplicaId, shares: [f64; 2]) {
-        let rep = &mut self.replicas[replica];
+        let rep = &mut self.replicas[replica.idx()];
         let shares = shares.map(|s| s.clamp(0.0, 1.0));
         if rep.share != shares {
             rep.share = shares;
@@ -217,7 +217,7 @@ impl Router {
 
     /// The shares `[P, F]` of new sessions `replica` may take.
     pub fn shares(&self, replica: ReplicaId) -> [f64; 2] {
-        self.replicas[replica].share
+        self.replicas[replica.idx()].share
     }
 
     fn pick(&mut self, class: Class) -> Option<ReplicaId> {
@@ -234,7 +234,7 @@ impl Router {
 
     /// Marks a session of `class` on `replica` as ended (completed or broken).
     pub fn release(&mut self, replica: ReplicaId, class: Class) {
-        let slot = &mut self.replicas[replica].active[class.idx()];
+        let slot = &mut self.replicas[replica.idx()].active[class.idx()];
         debug_assert!(*slot > 0, "release without admit");
         *slot = slot.saturating_sub(1);
         if self.cfg.strategy == Strategy::Plb {
@@ -245,7 +245,7 @@ impl Router {
     /// Tells the router that `replica` is (un)healthy; PLB canonicalises and
     /// repairs its roles. A rejoining replica enters as Mixed.
     pub fn set_health(&mut self, replica: ReplicaId, healthy: bool) {
-        let rep = &mut self.replicas[replica];
+        let rep = &mut self.replicas[replica.idx()];
         if rep.healthy == healthy {
             return;
         }
@@ -271,17 +271,17 @@ impl Router {
 
     /// Whether the router currently believes `replica` is healthy.
     pub fn is_healthy(&self, replica: ReplicaId) -> bool {
-        self.replicas[replica].healthy
+        self.replicas[replica.idx()].healthy
     }
 
     /// The current role of `replica` (meaningful for PLB and rr-split).
     pub fn role(&self, replica: ReplicaId) -> Role {
-        self.replicas[replica].role
+        self.replicas[replica.idx()].role
     }
 
     /// Active sessions `[P, F]` on `replica`.
     pub fn active(&self, replica: ReplicaId) -> [u32; 2] {
-        self.replicas[replica].active
+        self.replicas[replica.idx()].active
     }
 
     /// Number of healthy replicas in the router's view.
@@ -294,14 +294,14 @@ impl Router {
         let start = self.cursors[cursor];
         let mut pick = None;
         for r in (0..k).map(|i| (start + i) % k) {
-            if self.replicas[r].open(class) && eligible(&self.replicas[r]) && self.take_credit(r, class) {
+            if self.replicas[r].open(class) && eligible(&self.replicas[r]) && self.take_credit(ReplicaId(r), class) {
                 pick = Some(r);
                 break;
             }
         }
         let pick = pick?;
         self.cursors[cursor] = (pick + 1) % k;
-        Some(pick)
+        Some(ReplicaId(pick))
     }
 
     fn least_loaded(&self, class: Class, eligible: impl Fn(&Replica) -> bool) -> Option<ReplicaId> {
@@ -310,7 +310,7 @@ impl Router {
             .enumerate()
             .filter(|(_, r)| r.open(class) && eligible(r))
             .min_by(|(i, a), (j, b)| a.weighted_load(class).total_cmp(&b.weighted_load(class)).then(i.cmp(j)))
-            .map(|(i, _)| i)
+            .map(|(i, _)| ReplicaId(i))
     }
 
     fn plb_admit(&mut self, class: Class) -> Option<ReplicaId> {
@@ -338,8 +338,8 @@ impl Router {
                 // The F role must keep at least one unborrowed replica.
                 let unborrowed = self.count(|r| r.role == other && r.home.is_none());
                 let best = self.least_loaded(class, |r| r.role == other && r.home.is_none())?;
-                let own_best = self.least_loaded(class, |r| r.role == own).map(|r| self.replicas[r].load());
-                let less_loaded = own_best.map_or(true, |l| self.replicas[best].load() < l);
+                let own_best = self.least_loaded(class, |r| r.role == own).map(|r| self.replicas[r.idx()].load());
+                let less_loaded = own_best.is_none_or(|l| self.replicas[best.idx()].load() < l);
                 (unborrowed >= 2 && less_loaded).then_some(best)
             }
             Class::F => {
@@ -349,7 +349,7 @@ impl Router {
                 (p_count > goal[Role::P.idx()]).then_some(idle)
             }
         }?;
-        let rep = &mut self.replicas[lender];
+        let rep = &mut self.replicas[lender.idx()];
         self.changes.push(RoleChange { replica: lender, from: rep.role, to: own, reason: "borrow" });
         rep.home = Some(rep.role);
         rep.role = own;
@@ -375,7 +375,7 @@ impl Router {
                 .all(|(j, r)| j == i || !r.healthy || r.role != borrower || r.load() < tau);
             if calm {
                 let rep = &mut self.replicas[i];
-                self.changes.push(RoleChange { replica: i, from: rep.role, to: home, reason: "return" });
+                self.changes.push(RoleChange { replica: ReplicaId(i), from: rep.role, to: home, reason: "return" });
                 rep.role = home;
                 rep.home = None;
             }
@@ -395,7 +395,7 @@ impl Router {
         for (i, rep) in self.replicas.iter_mut().enumerate().filter(|(_, r)| r.healthy) {
             let to = roles::canonical(&Slot { role: rep.role, home: rep.home, active: rep.active });
             if to != rep.role {
-                self.changes.push(RoleChange { replica: i, from: rep.role, to, reason: "canonical" });
+                self.changes.push(RoleChange { replica: ReplicaId(i), from: rep.role, to, reason: "canonical" });
             }
             rep.role = to;
             rep.home = None;
@@ -404,7 +404,7 @@ impl Router {
         let load: Vec<u32> = self.replicas.iter().map(Replica::load).collect();
         let goal = self.goal();
         for Move { replica, from, to } in roles::repair(&mut view, &load, goal, self.cfg.reference) {
-            self.replicas[replica].role = to;
+            self.replicas[replica.idx()].role = to;
             self.changes.push(RoleChange { replica, from, to, reason: "repair" });
         }
     }
@@ -421,10 +421,10 @@ mod tests {
     #[test]
     fn a_share_takes_that_fraction_of_the_sessions() {
         let mut r = router(Strategy::Rr);
-        r.set_share(0, 0.25);
+        r.set_share(ReplicaId(0), 0.25);
         let mut on = [0u32; 5];
         for _ in 0..1000 {
-            on[r.admit(Class::F).unwrap()] += 1;
+            on[(r.admit(Class::F).unwrap()).idx()] += 1;
         }
         // r1 takes a quarter of the turns it is offered: a quarter of what
         // each full-share replica gets.
@@ -436,23 +436,23 @@ mod tests {
     #[test]
     fn share_zero_on_the_only_choice_means_no_capacity_until_restored() {
         let mut r = router(Strategy::Rr);
-        (1..5).for_each(|i| r.set_health(i, false));
-        r.set_share(0, 0.0);
+        (1..5).for_each(|i| r.set_health(ReplicaId(i), false));
+        r.set_share(ReplicaId(0), 0.0);
         assert_eq!(r.admit(Class::P), None);
-        r.set_share(0, 1.0);
-        assert_eq!(r.admit(Class::P), Some(0));
-        assert_eq!(r.active(0), [1, 0]);
+        r.set_share(ReplicaId(0), 1.0);
+        assert_eq!(r.admit(Class::P), Some(ReplicaId(0)));
+        assert_eq!(r.active(ReplicaId(0)), [1, 0]);
     }
 
     #[test]
     fn plb_sends_premium_past_a_suspect_premium_replica() {
         let mut r = router(Strategy::Plb);
-        r.set_share(0, 0.5);
+        r.set_share(ReplicaId(0), 0.5);
         let picks: Vec<ReplicaId> = (0..15).map(|_| r.admit(Class::P).unwrap()).collect();
         // Weighted least-connections: r1 settles at (load + 1) = (r2's load + 1) / 2.
-        assert_eq!(picks.iter().filter(|&&p| p == 0).count(), 5, "{picks:?}");
-        assert!(picks.iter().all(|&p| p < 2), "Premium stays on its own role: {picks:?}");
-        assert_eq!(r.active(0), [5, 0]);
-        assert_eq!(r.active(1), [10, 0]);
+        assert_eq!(picks.iter().filter(|&&p| p == ReplicaId(0)).count(), 5, "{picks:?}");
+        assert!(picks.iter().all(|&p| p < ReplicaId(2)), "Premium stays on its own role: {picks:?}");
+        assert_eq!(r.active(ReplicaId(0)), [5, 0]);
+        assert_eq!(r.active(ReplicaId(1)), [10, 0]);
     }
 }

@@ -184,14 +184,16 @@ mod tests {
         assert_eq!(trend(&[1.0, 2.0]), None);
     }
 
+    /// (P p95, F p95, books, session_s, expected ok per check).
+    type Case<'a> = (&'a [f64], &'a [f64], Vec<PhaseBooks>, f64, [bool; 3]);
+
     #[test]
     fn table() {
         let l = Limits::default();
         let flat = vec![40.0; 30];
         let ramp: Vec<f64> = (0..30).map(|i| 100.0 + 10.0 * i as f64).collect();
         let small_ramp: Vec<f64> = (0..30).map(|i| 10.0 + i as f64).collect();
-        // (P p95, F p95, books, session_s, expected ok per check)
-        let cases: Vec<(&[f64], &[f64], Vec<PhaseBooks>, f64, [bool; 3])> = vec![
+        let cases: Vec<Case> = vec![
             (
                 &flat,
                 &flat,

@@ -126,7 +126,7 @@ impl Watch {
     /// The state of `r`'s health machine, under suspicion.
     pub fn state(&self, r: ReplicaId) -> Option<Health> {
         match &self.detect {
-            Detect::Suspicion(m) => Some(m[r].state()),
+            Detect::Suspicion(m) => Some(m[r.idx()].state()),
             _ => None,
         }
     }
@@ -156,7 +156,7 @@ impl Watch {
                 };
                 d.observe(r, probe).map(|up| (up, how))
             }
-            Detect::Suspicion(m) => m[r].observe(now_s, ev).map(|t| {
+            Detect::Suspicion(m) => m[r.idx()].observe(now_s, ev).map(|t| {
                 notes.push((EventKind::Health, r, format!("{}->{} ({})", t.from, t.to, t.reason)));
                 (t.to != Health::Isolated, "health")
             }),
@@ -171,9 +171,9 @@ impl Watch {
     /// Lets time pass: probation windows end and ramps advance.
     pub fn tick(&mut self, router: &mut Router, now_s: f64) -> Vec<Note> {
         let mut notes = Vec::new();
-        for r in 0..self.ramp.len() {
+        for r in ReplicaId::all(self.ramp.len()) {
             if let Detect::Suspicion(m) = &mut self.detect {
-                if let Some(t) = m[r].tick(now_s) {
+                if let Some(t) = m[r.idx()].tick(now_s) {
                     notes.push((EventKind::Health, r, format!("{}->{} ({})", t.from, t.to, t.reason)));
                 }
             }
@@ -190,9 +190,9 @@ impl Watch {
         }
         router.set_health(r, up);
         notes.push((EventKind::Detect, r, format!("{} ({how})", if up { "up" } else { "down" })));
-        self.ramp[r] = None;
+        self.ramp[r.idx()] = None;
         if up && self.recovery == Recovery::Probation {
-            self.ramp[r] = Some(now_s);
+            self.ramp[r.idx()] = Some(now_s);
             notes.push((
                 EventKind::Recovery,
                 r,
@@ -205,10 +205,10 @@ impl Watch {
     fn shares(&self, r: ReplicaId, now_s: f64) -> [f64; 2] {
         let state = self.state(r);
         let base = match &self.detect {
-            Detect::Suspicion(m) => m[r].share(),
+            Detect::Suspicion(m) => m[r.idx()].share(),
             _ => 1.0,
         };
-        let ramping = self.ramp[r].filter(|_| matches!(state, None | Some(Health::Recovering | Health::Healthy)));
+        let ramping = self.ramp[r.idx()].filter(|_| matches!(state, None | Some(Health::Recovering | Health::Healthy)));
         match ramping {
             Some(t0) => [1.0, ramp(now_s - t0, self.window_s)],
             None => [base; 2],
@@ -216,9 +216,9 @@ impl Watch {
     }
 
     fn apply_shares(&mut self, router: &mut Router, r: ReplicaId, now_s: f64, notes: &mut Vec<Note>) {
-        if let Some(t0) = self.ramp[r] {
+        if let Some(t0) = self.ramp[r.idx()] {
             if now_s - t0 >= self.window_s || !router.is_healthy(r) {
-                self.ramp[r] = None;
+                self.ramp[r.idx()] = None;
                 notes.push((EventKind::Recovery, r, "probation over".to_string()));
             }
         }
@@ -252,16 +252,16 @@ mod tests {
     fn probe_detector_removes_on_refusal_and_restores_on_answer() {
         let mut rt = router();
         let mut w = Watch::probe(5, Recovery::None, HealthConfig::default());
-        let n = w.evidence(&mut rt, 1, Evidence::Refused, 1.0, "connection error");
-        assert_eq!(n, vec![(EventKind::Detect, 1, "down (connection error)".to_string())]);
-        assert!(!rt.is_healthy(1));
+        let n = w.evidence(&mut rt, ReplicaId(1), Evidence::Refused, 1.0, "connection error");
+        assert_eq!(n, vec![(EventKind::Detect, ReplicaId(1), "down (connection error)".to_string())]);
+        assert!(!rt.is_healthy(ReplicaId(1)));
         assert!(
-            w.evidence(&mut rt, 1, Evidence::Query { ms: 1e9, budget_ms: 1.0 }, 2.0, "query").is_empty(),
+            w.evidence(&mut rt, ReplicaId(1), Evidence::Query { ms: 1e9, budget_ms: 1.0 }, 2.0, "query").is_empty(),
             "latency is not the probe detector's evidence"
         );
-        w.evidence(&mut rt, 1, Evidence::ProbeOk { ms: 1.0 }, 3.0, "probe");
-        assert!(rt.is_healthy(1));
-        assert_eq!(rt.shares(1), [1.0, 1.0], "no ramp without probation");
+        w.evidence(&mut rt, ReplicaId(1), Evidence::ProbeOk { ms: 1.0 }, 3.0, "probe");
+        assert!(rt.is_healthy(ReplicaId(1)));
+        assert_eq!(rt.shares(ReplicaId(1)), [1.0, 1.0], "no ramp without probation");
     }
 
     #[test]
@@ -288,10 +288,10 @@ mod tests {
     fn oracle_ignores_evidence() {
         let mut rt = router();
         let mut w = Watch::oracle(5, Recovery::None, HealthConfig::default());
-        assert!(w.evidence(&mut rt, 0, Evidence::Refused, 1.0, "probe").is_empty());
-        assert!(rt.is_healthy(0));
-        assert_eq!(kinds(&w.told(&mut rt, 0, false, 2.0, "oracle")), ["detect"]);
-        assert!(!rt.is_healthy(0));
+        assert!(w.evidence(&mut rt, ReplicaId(0), Evidence::Refused, 1.0, "probe").is_empty());
+        assert!(rt.is_healthy(ReplicaId(0)));
+        assert_eq!(kinds(&w.told(&mut rt, ReplicaId(0), false, 2.0, "oracle")), ["detect"]);
+        assert!(!rt.is_healthy(ReplicaId(0)));
     }
 
     #[test]
@@ -299,15 +299,15 @@ mod tests {
         let cfg = HealthConfig { stability_window_s: 10.0, ..HealthConfig::default() };
         let mut rt = router();
         let mut w = Watch::probe(5, Recovery::Probation, cfg);
-        w.evidence(&mut rt, 0, Evidence::Refused, 1.0, "probe");
-        let n = w.evidence(&mut rt, 0, Evidence::ProbeOk { ms: 1.0 }, 20.0, "probe");
+        w.evidence(&mut rt, ReplicaId(0), Evidence::Refused, 1.0, "probe");
+        let n = w.evidence(&mut rt, ReplicaId(0), Evidence::ProbeOk { ms: 1.0 }, 20.0, "probe");
         assert_eq!(kinds(&n), ["detect", "recovery"]);
-        assert_eq!(rt.shares(0), [1.0, 0.0], "Premium at once, no Freemium yet");
+        assert_eq!(rt.shares(ReplicaId(0)), [1.0, 0.0], "Premium at once, no Freemium yet");
         w.tick(&mut rt, 25.0);
-        assert_eq!(rt.shares(0), [1.0, 0.5]);
+        assert_eq!(rt.shares(ReplicaId(0)), [1.0, 0.5]);
         let n = w.tick(&mut rt, 30.0);
-        assert_eq!(n, vec![(EventKind::Recovery, 0, "probation over".to_string())]);
-        assert_eq!(rt.shares(0), [1.0, 1.0]);
+        assert_eq!(n, vec![(EventKind::Recovery, ReplicaId(0), "probation over".to_string())]);
+        assert_eq!(rt.shares(ReplicaId(0)), [1.0, 1.0]);
     }
 
     #[test]
@@ -315,13 +315,13 @@ mod tests {
         let mut rt = router();
         let mut w = Watch::probe(5, Recovery::Probation, HealthConfig::default());
         // r3 (Mixed) fails and returns: it is Mixed again, the least loaded.
-        w.evidence(&mut rt, 2, Evidence::Refused, 1.0, "probe");
-        w.evidence(&mut rt, 2, Evidence::ProbeOk { ms: 1.0 }, 2.0, "probe");
+        w.evidence(&mut rt, ReplicaId(2), Evidence::Refused, 1.0, "probe");
+        w.evidence(&mut rt, ReplicaId(2), Evidence::ProbeOk { ms: 1.0 }, 2.0, "probe");
         for _ in 0..30 {
-            assert_ne!(rt.admit(Class::F), Some(2), "Freemium waits for the ramp");
+            assert_ne!(rt.admit(Class::F), Some(ReplicaId(2)), "Freemium waits for the ramp");
         }
         assert!(
-            (0..25).any(|_| rt.admit(Class::P) == Some(2)),
+            (0..25).any(|_| rt.admit(Class::P) == Some(ReplicaId(2))),
             "Premium may use it at once (once the P role is at theta)"
         );
     }
@@ -333,21 +333,21 @@ mod tests {
         let mut w = Watch::suspicion(5, Recovery::Probation, cfg);
         let mut notes = Vec::new();
         for t in 0..3 {
-            notes.extend(w.evidence(&mut rt, 1, Evidence::ProbeTimeout, f64::from(t), "probe"));
+            notes.extend(w.evidence(&mut rt, ReplicaId(1), Evidence::ProbeTimeout, f64::from(t), "probe"));
         }
         assert_eq!(kinds(&notes), ["health", "health", "detect"]);
         assert_eq!(notes[1].2, "SUSPECT->ISOLATED (timeouts in a row)");
-        assert!(!rt.is_healthy(1));
-        let n = w.evidence(&mut rt, 1, Evidence::ProbeOk { ms: 1.0 }, 10.0, "probe");
+        assert!(!rt.is_healthy(ReplicaId(1)));
+        let n = w.evidence(&mut rt, ReplicaId(1), Evidence::ProbeOk { ms: 1.0 }, 10.0, "probe");
         assert_eq!(kinds(&n), ["health", "detect", "recovery"]);
-        assert_eq!(w.state(1), Some(Health::Recovering));
-        assert_eq!(rt.shares(1), [1.0, 0.0]);
+        assert_eq!(w.state(ReplicaId(1)), Some(Health::Recovering));
+        assert_eq!(rt.shares(ReplicaId(1)), [1.0, 0.0]);
         w.tick(&mut rt, 12.0);
-        assert_eq!(rt.shares(1), [1.0, 0.5]);
+        assert_eq!(rt.shares(ReplicaId(1)), [1.0, 0.5]);
         let n = w.tick(&mut rt, 14.0);
         assert_eq!(kinds(&n), ["health", "recovery"]);
-        assert_eq!(w.state(1), Some(Health::Healthy));
-        assert_eq!(rt.shares(1), [1.0, 1.0]);
+        assert_eq!(w.state(ReplicaId(1)), Some(Health::Healthy));
+        assert_eq!(rt.shares(ReplicaId(1)), [1.0, 1.0]);
     }
 
     #[test]
@@ -355,8 +355,8 @@ mod tests {
         let cfg = HealthConfig::default();
         let mut rt = router();
         let mut w = Watch::suspicion(5, Recovery::None, cfg);
-        w.evidence(&mut rt, 1, Evidence::Refused, 0.0, "probe");
-        w.evidence(&mut rt, 1, Evidence::ProbeOk { ms: 1.0 }, 5.0, "probe");
-        assert_eq!(rt.shares(1), [cfg.probation_share; 2]);
+        w.evidence(&mut rt, ReplicaId(1), Evidence::Refused, 0.0, "probe");
+        w.evidence(&mut rt, ReplicaId(1), Evidence::ProbeOk { ms: 1.0 }, 5.0, "probe");
+        assert_eq!(rt.shares(ReplicaId(1)), [cfg.probation_share; 2]);
     }
 }

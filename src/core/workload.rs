@@ -289,7 +289,7 @@ pub fn from_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String
 
 /// Collapses a multi-line TOML error into one line ("line 3, column 1: ...").
 pub fn one_line(e: &toml::de::Error) -> String {
-    let msg = e.message().trim().split_whitespace().collect::<Vec<_>>().join(" ");
+    let msg = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
     match e.span() {
         Some(_) => {
             let text = e.to_string();

@@ -21,6 +21,7 @@
 //! cluster's own tokio runtime in a scoped thread, so it works from plain
 //! threads and from blocking tasks of another runtime alike.
 
+use crate::core::model::ReplicaId;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -228,7 +229,7 @@ impl DockerCluster {
             host: state::client_host(std::env::var("DOCKER_HOST").ok().as_deref()),
             replicas: (0..opts.replicas)
                 .map(|r| Rep {
-                    name: format!("plbbench-{id}-r{}", r + 1),
+                    name: format!("plbbench-{id}-{}", ReplicaId(r)),
                     port: ports[r],
                     cpus: opts.cpus,
                     partitioned: false,
@@ -507,16 +508,8 @@ impl DockerCluster {
     }
 
     /// The container body of a server on the cluster network.
-    fn body(
-        &self,
-        image: &str,
-        kind: &str,
-        r: Option<usize>,
-        port: u16,
-        cpus: Option<f64>,
-        memory_mib: u64,
-        cmd: Vec<String>,
-    ) -> ContainerCreateBody {
+    fn body(&self, s: ServerSpec<'_>) -> ContainerCreateBody {
+        let ServerSpec { image, kind, replica: r, port, cpus, memory_mib, cmd } = s;
         let binding = PortBinding { host_ip: Some(publish_ip()), host_port: Some(port.to_string()) };
         ContainerCreateBody {
             image: Some(image.into()),
@@ -549,15 +542,15 @@ impl DockerCluster {
              rm -f pw initdb.log; cat plbbench.conf >> data/postgresql.conf; rm -f plbbench.conf; \
              echo 'host all all all scram-sha-256' >> data/pg_hba.conf; exec postgres -D data"
         );
-        let body = self.body(
-            image::IMAGE,
-            "template",
-            None,
+        let body = self.body(ServerSpec {
+            image: image::IMAGE,
+            kind: "template",
+            replica: None,
             port,
-            None,
-            opts.memory_mib.max(1024),
-            vec!["/bin/sh".into(), "-c".into(), script],
-        );
+            cpus: None,
+            memory_mib: opts.memory_mib.max(1024),
+            cmd: vec!["/bin/sh".into(), "-c".into(), script],
+        });
         let pw = format!("{}\n", self.state.password.0);
         let archive = state::tar(&[("pw", 0o644, pw.as_bytes()), ("plbbench.conf", 0o644, conf.as_bytes())]);
         let d = self.docker.clone();
@@ -613,7 +606,15 @@ impl DockerCluster {
         let image = self.state.data_image.clone().expect("data image built");
         let cmd = vec!["postgres".to_string(), "-D".into(), format!("{PG_HOME}/data")];
         for (r, rep) in self.state.replicas.iter().enumerate() {
-            let body = self.body(&image, "replica", Some(r), rep.port, Some(rep.cpus), opts.memory_mib, cmd.clone());
+            let body = self.body(ServerSpec {
+                image: &image,
+                kind: "replica",
+                replica: Some(r),
+                port: rep.port,
+                cpus: Some(rep.cpus),
+                memory_mib: opts.memory_mib,
+                cmd: cmd.clone(),
+            });
             let create = CreateContainerOptions { name: Some(rep.name.clone()), ..Default::default() };
             self.docker
                 .create_container(Some(create), body)
@@ -730,6 +731,24 @@ fn wait_answer(cfg: &tokio_postgres::Config, what: &str) -> Result<(), DockerErr
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// What one container of the cluster runs: the template or a replica.
+struct ServerSpec<'a> {
+    /// Image to run.
+    image: &'a str,
+    /// Label value: `template` or `replica`.
+    kind: &'a str,
+    /// The replica's index (none for the template).
+    replica: Option<usize>,
+    /// Host port on 127.0.0.1 for the server's 5432.
+    port: u16,
+    /// CPU limit in cores (none: unlimited).
+    cpus: Option<f64>,
+    /// Memory limit, MiB.
+    memory_mib: u64,
+    /// The container's command.
+    cmd: Vec<String>,
 }
 
 #[cfg(test)]

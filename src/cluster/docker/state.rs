@@ -4,6 +4,7 @@
 //! log), object names, and the tiny tar
 //! archive that carries the password file into the template container.
 
+use crate::core::model::ReplicaId;
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -102,7 +103,7 @@ pub(super) fn labels(kind: &str, id: &str, r: Option<usize>) -> HashMap<String, 
     ]
     .into();
     if let Some(r) = r {
-        l.insert(LABEL_REPLICA.into(), format!("r{}", r + 1));
+        l.insert(LABEL_REPLICA.into(), ReplicaId(r).to_string());
     }
     l
 }

@@ -26,6 +26,7 @@
 //! `template.log`, `rN/data` and `rN/postgres.log`; `template/` exists only
 //! during `up`.
 
+use crate::core::model::ReplicaId;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -137,7 +138,7 @@ pub struct LocalCluster {
 static CGROUP_WARNED: AtomicBool = AtomicBool::new(false);
 
 fn name(r: usize) -> String {
-    format!("r{}", r + 1)
+    ReplicaId(r).to_string()
 }
 
 impl LocalCluster {

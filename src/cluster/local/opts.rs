@@ -271,7 +271,8 @@ mod tests {
             move |k: &str| pairs.iter().find(|p| p.0 == k).map(|p| std::ffi::OsString::from(p.1))
         };
         let user = Uid::from_raw(1000);
-        let cases: Vec<(Uid, &'static [(&'static str, &'static str)], &str)> = vec![
+        type Env = &'static [(&'static str, &'static str)];
+        let cases: Vec<(Uid, Env, &str)> = vec![
             (Uid::from_raw(0), &[(STATE_DIR_ENV, "/x/local")], "/x/local"),
             (user, &[(STATE_DIR_ENV, "rel/dir"), ("HOME", "/home/u")], "rel/dir"),
             (Uid::from_raw(0), &[(STATE_DIR_ENV, ""), ("HOME", "/root")], "/var/lib/plbbench/local"),

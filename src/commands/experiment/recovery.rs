@@ -80,10 +80,8 @@ pub fn rows(summaries: &[Summary]) -> Vec<Row> {
             out.push(row(i + 1, format!("{} {}", first.replica, first.action), spreads));
         }
         let mut spreads = vec![Spread::of(&[]); FIGURES.len()];
-        let detector = |f: &dyn Fn(&crate::core::recovery::Suspicions) -> u64| {
-            Spread::of_options(group.iter().map(|s| s.detector.as_ref().map(|d| f(d) as f64)))
-        };
-        spreads[FIGURES.len() - 1] = detector(&|d| d.false_suspicions);
+        spreads[FIGURES.len() - 1] =
+            Spread::of_options(group.iter().map(|s| s.detector.as_ref().map(|d| d.false_suspicions as f64)));
         out.push(row(0, "detector".into(), spreads));
     }
     out

@@ -19,7 +19,7 @@ use serde::Serialize;
 use std::time::Instant;
 
 pub mod args;
-pub mod backend;
+pub mod launch;
 pub mod plan;
 
 /// `plbbench run`: validates the flags, runs, writes the folder, refreshes
@@ -67,8 +67,8 @@ pub fn execute(plan: &Plan) -> Result<RunOutput, Error> {
     let clock = Instant::now();
     let collector = Collector::new(plan.phases.clone(), plan.replicas, plan.cpus, plan.raw);
     let (collector, outcome) = match plan.cluster {
-        ClusterSpec::Sim => backend::run_sim(plan, collector),
-        ClusterSpec::Local | ClusterSpec::Docker | ClusterSpec::External(_) => backend::run_real(plan, collector)?,
+        ClusterSpec::Sim => launch::run_sim(plan, collector),
+        ClusterSpec::Local | ClusterSpec::Docker | ClusterSpec::External(_) => launch::run_real(plan, collector)?,
     };
     conclude(plan, collector, outcome, started, clock)
 }

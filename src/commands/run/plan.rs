@@ -406,7 +406,7 @@ mod tests {
 
     #[test]
     fn local_refuses_a_partition_naming_the_event() {
-        let ev = |t_s, action| FaultEvent { t_s, replica: 0, action };
+        let ev = |t_s, action| FaultEvent { t_s, replica: crate::core::model::ReplicaId(0), action };
         let ok = [ev(1.0, Action::Slow(0.5)), ev(2.0, Action::Restore), ev(3.0, Action::Pause)];
         assert!(refuse_partition_on_local("x", &ok).is_ok());
         let cut = [ev(1.0, Action::Slow(0.5)), ev(2.0, Action::Partition), ev(3.0, Action::Heal)];

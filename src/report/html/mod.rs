@@ -6,7 +6,7 @@
 //! in Rust (design.md §7), and the page references nothing on the network.
 
 use crate::core::metrics::{EventRow, PhaseRow, ReplicaCpu, RunMetrics};
-use crate::core::model::{replica_name, Class, EventKind};
+use crate::core::model::{Class, EventKind, ReplicaId};
 use crate::core::outcome::Verdict;
 use crate::core::phases::WARMUP;
 use crate::report::charts::{self, sig3, ChartError, Frame};
@@ -218,7 +218,7 @@ fn count(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, ch) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
             out.push(',');
         }
         out.push(ch);
@@ -285,7 +285,7 @@ impl Page {
 
 /// r1..rK, plus any other replica that appears in the samples.
 fn replica_names(k: usize, m: &RunMetrics) -> Vec<String> {
-    let mut names: Vec<String> = (0..k).map(replica_name).collect();
+    let mut names: Vec<String> = ReplicaId::all(k).map(|r| r.to_string()).collect();
     for r in &m.replicas {
         if !names.contains(&r.replica) {
             names.push(r.replica.clone());
@@ -312,7 +312,7 @@ fn time_end(s: &Summary, m: &RunMetrics, phases: &[PhaseRow]) -> f64 {
 fn title(s: &Summary) -> Title {
     let st = &s.settings;
     let faults: Vec<String> =
-        s.faults.iter().map(|f| format!("{} {} at {} s", f.action, replica_name(f.replica), secs(f.t_s))).collect();
+        s.faults.iter().map(|f| format!("{} {} at {} s", f.action, f.replica, secs(f.t_s))).collect();
     let faults = if faults.is_empty() { st.faults.clone() } else { format!("{}: {}", st.faults, faults.join(" · ")) };
     Title {
         strategy: st.strategy.clone(),

@@ -53,7 +53,7 @@ fn replica_rows() -> Vec<ReplicaRow> {
             let cpu = (!down && t > 0).then(|| 0.5 + 0.1 * r as f64 + if (90..150).contains(&t) { 0.3 } else { 0.0 });
             rows.push(ReplicaRow {
                 t_s: t as f64,
-                replica: replica_name(r),
+                replica: ReplicaId(r).to_string(),
                 up: !down,
                 role,
                 cpu_fraction: cpu,
@@ -95,7 +95,7 @@ fn synthetic(partial: bool, workload: &str) -> (Summary, RunMetrics) {
         .flat_map(|&(n, ..)| {
             (0..5).filter(move |&r| !(n == "down1" && r == 0)).map(move |r| ReplicaCpu {
                 phase: n.into(),
-                replica: replica_name(r),
+                replica: ReplicaId(r).to_string(),
                 u: 0.5 + 0.2 * r as f64,
             })
         })
@@ -148,8 +148,8 @@ fn synthetic(partial: bool, workload: &str) -> (Summary, RunMetrics) {
             started_utc: "2025-01-01T00:00:00Z".into(),
         },
         faults: vec![
-            FaultEvent { t_s: 90.0, replica: 0, action: Action::Down },
-            FaultEvent { t_s: 150.0, replica: 0, action: Action::Rejoin },
+            FaultEvent { t_s: 90.0, replica: ReplicaId(0), action: Action::Down },
+            FaultEvent { t_s: 150.0, replica: ReplicaId(0), action: Action::Rejoin },
         ],
         phases,
         replica_cpu,

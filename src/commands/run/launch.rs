@@ -5,6 +5,8 @@
 //! from the core.
 
 use super::plan::{ClusterSpec, ExternalSpec, Plan};
+use crate::backend::driver::{self, DriverInput};
+use crate::backend::sim::{self, SimInput};
 use crate::cluster::external::{ClusterFile, ExternalCluster};
 use crate::cluster::local::{default_state_dir, LocalCluster, LocalOptions};
 use crate::cluster::{docker, Cluster, DockerCluster, DockerOptions, Fault};
@@ -16,9 +18,7 @@ use crate::core::router::Router;
 use crate::core::saturation::GeneratorReport;
 use crate::core::schedule;
 use crate::core::settings::{ClusterKind, Named};
-use crate::driver::{self, DriverInput};
 use crate::error::Error;
-use crate::sim::{self, SimInput};
 use anyhow::Context;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -114,7 +114,7 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
     let interrupted = catch_signals();
     let metrics = match plan.metrics_addr {
         Some(addr) => Some(
-            crate::live_metrics::bind(addr)
+            crate::backend::live_metrics::bind(addr)
                 .map_err(|e| Error::Input(format!("--metrics-addr: cannot listen on {addr}: {e}")))?,
         ),
         None => None,
@@ -207,8 +207,8 @@ fn generator_verdict(g: &GeneratorReport) -> Verdict {
 fn heal(cluster: &mut Cluster, plan: &Plan, until_s: Option<f64>) {
     let applied: Vec<_> = plan.faults.iter().filter(|e| until_s.is_none_or(|t| e.t_s <= t)).copied().collect();
     for (r, a) in crate::core::faults::undo(&applied, plan.replicas) {
-        if let Err(e) = cluster.apply(r, Fault::of(a, plan.cpus)) {
-            eprintln!("plbbench: warning: could not restore r{} ({a}): {e}", r + 1);
+        if let Err(e) = cluster.apply(r.idx(), Fault::of(a, plan.cpus)) {
+            eprintln!("plbbench: warning: could not restore {r} ({a}): {e}");
         }
     }
 }

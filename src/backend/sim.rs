@@ -245,8 +245,8 @@ impl Sim<'_, '_> {
                 s.advance(now, cpus);
                 ReplicaSample {
                     up: s.up && !s.stalled(),
-                    role: self.input.control.role(r),
-                    active: self.input.control.active(r),
+                    role: self.input.control.role(ReplicaId(r)),
+                    active: self.input.control.active(ReplicaId(r)),
                     cpu_s: Some(s.cpu_s),
                 }
             })
@@ -293,7 +293,7 @@ impl Sim<'_, '_> {
             State::Idle { resume } => self.open(i, resume),
             State::Queued { .. } => {}
             State::Session { replica, broken, .. } => {
-                if broken || !self.servers[replica].up {
+                if broken || !self.servers[replica.idx()].up {
                     self.clients[i].sent = self.now;
                     self.fail_query(i, replica);
                 } else {
@@ -332,7 +332,7 @@ impl Sim<'_, '_> {
         c.session_start = c.intended;
         let remaining = resume.unwrap_or_else(|| c.script.session_len(w));
         c.state = State::Session { replica: r, remaining, in_flight: None, broken: false };
-        if self.servers[r].up {
+        if self.servers[r.idx()].up {
             self.send(i, r);
         } else {
             self.connect_refused(i, r);
@@ -351,7 +351,7 @@ impl Sim<'_, '_> {
         if let State::Session { in_flight, .. } = &mut c.state {
             *in_flight = Some(q);
         }
-        let s = &mut self.servers[r];
+        let s = &mut self.servers[r.idx()];
         s.advance(now, cpus);
         s.n += 1;
         s.jobs.push(Reverse((key(s.v + draw.demand_s), i as u32, q)));
@@ -363,7 +363,7 @@ impl Sim<'_, '_> {
     /// Schedules the next completion on `r` (older schedules go stale).
     fn reschedule(&mut self, r: ReplicaId) {
         let cpus = self.input.cpus;
-        let s = &mut self.servers[r];
+        let s = &mut self.servers[r.idx()];
         s.epoch += 1;
         loop {
             let Some(&Reverse((fv, c, q))) = s.jobs.peek() else { return };
@@ -383,11 +383,11 @@ impl Sim<'_, '_> {
     }
 
     fn done(&mut self, r: ReplicaId, epoch: u64) {
-        if self.servers[r].epoch != epoch {
+        if self.servers[r.idx()].epoch != epoch {
             return;
         }
         let cpus = self.input.cpus;
-        let s = &mut self.servers[r];
+        let s = &mut self.servers[r.idx()];
         s.advance(self.now, cpus);
         let Some(Reverse((_, c, _))) = s.jobs.pop() else { return };
         s.n -= 1;
@@ -400,7 +400,7 @@ impl Sim<'_, '_> {
             return;
         }
         let State::Session { replica, .. } = self.clients[i].state else { return };
-        let s = &mut self.servers[replica];
+        let s = &mut self.servers[replica.idx()];
         s.advance(self.now, self.input.cpus);
         s.n -= 1;
         self.finish_query(i, replica, Some(QueryError::Timeout));
@@ -480,28 +480,28 @@ impl Sim<'_, '_> {
     fn fault(&mut self, idx: usize) {
         let FaultEvent { replica: r, action, .. } = self.input.faults[idx];
         let cpus = self.input.cpus;
-        self.servers[r].advance(self.now, cpus);
+        self.servers[r.idx()].advance(self.now, cpus);
         self.input.control.fault(r, action.to_string(), self.now);
         match action {
             Action::Down => self.kill(r),
-            Action::Rejoin => self.servers[r].up = true,
-            Action::Pause => self.servers[r].paused = true,
-            Action::Resume => self.servers[r].paused = false,
-            Action::Slow(f) => self.servers[r].share = f,
-            Action::Restore => self.servers[r].share = 1.0,
-            Action::Partition => self.servers[r].partitioned = true,
-            Action::Heal => self.servers[r].partitioned = false,
+            Action::Rejoin => self.servers[r.idx()].up = true,
+            Action::Pause => self.servers[r.idx()].paused = true,
+            Action::Resume => self.servers[r.idx()].paused = false,
+            Action::Slow(f) => self.servers[r.idx()].share = f,
+            Action::Restore => self.servers[r.idx()].share = 1.0,
+            Action::Partition => self.servers[r.idx()].partitioned = true,
+            Action::Heal => self.servers[r.idx()].partitioned = false,
         }
         // The rate changed: the pending completion, if any, is stale.
         self.reschedule(r);
-        let healthy = self.servers[r].up && !self.servers[r].stalled();
+        let healthy = self.servers[r.idx()].up && !self.servers[r.idx()].stalled();
         self.input.control.told(r, healthy, self.now);
     }
 
     /// Down: the server dies; in-flight queries fail now, idle connections
     /// fail on their next query.
     fn kill(&mut self, r: ReplicaId) {
-        let s = &mut self.servers[r];
+        let s = &mut self.servers[r.idx()];
         s.up = false;
         s.n = 0;
         s.epoch += 1;
@@ -532,7 +532,7 @@ impl Sim<'_, '_> {
                 (true, true) => Evidence::ProbeTimeout,
                 (true, false) => Evidence::ProbeOk { ms: 0.0 },
             };
-            self.input.control.probed(r, seen, self.now, self.now);
+            self.input.control.probed(ReplicaId(r), seen, self.now, self.now);
         }
         self.input.control.tick(self.now);
         self.at(self.now + self.input.probe_interval_s, Ev::Probe);

@@ -22,6 +22,7 @@
 //! tears the cluster down; sessions open at the end are counted in flight,
 //! and a dropped query is never recorded.
 
+use crate::backend::live_metrics::{self, LiveMetrics};
 use crate::cluster::{Cluster, Fault};
 use crate::core::control::{Admission, Admitted, ControlEvent, Controller};
 use crate::core::faults::Open;
@@ -32,7 +33,6 @@ use crate::core::saturation::{GeneratorLoad, GeneratorReport};
 use crate::core::schedule::Client;
 use crate::core::workload::{QueryTemplate, Workload};
 use crate::error::Signal;
-use crate::live_metrics::{self, LiveMetrics};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -556,7 +556,7 @@ async fn session(ctx: &Ctx, script: &mut Client, r: ReplicaId, queries: u32, int
     let connect_deadline = Duration::from_millis(w.client.connect_timeout_ms);
     let mut stop = ctx.stop.clone();
     let connected = tokio::select! {
-        c = timeout(connect_deadline, ctx.configs[r].connect(NoTls)) => c,
+        c = timeout(connect_deadline, ctx.configs[r.idx()].connect(NoTls)) => c,
         _ = stop.wait_for(|s| *s) => return SessionEnd::Stopped,
     };
     let client = match connected {
@@ -590,10 +590,11 @@ async fn session(ctx: &Ctx, script: &mut Client, r: ReplicaId, queries: u32, int
         let base_s = Duration::from_millis(w.client.query_timeout_ms).as_secs_f64();
         let deadline = Duration::from_secs_f64(ctx.control(|ctl, _| ctl.c.query_deadline_s(base_s)));
         let run = async {
-            if !statements.contains_key(&draw.template) {
-                statements.insert(draw.template, prepare(&client, q).await?);
-            }
-            execute(&client, &statements[&draw.template], q, draw.param).await
+            let st = match statements.entry(draw.template) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => e.insert(prepare(&client, q).await?),
+            };
+            execute(&client, st, q, draw.param).await
         };
         let mut abort = ctx.abort.clone();
         let result = tokio::select! {
@@ -665,7 +666,7 @@ async fn inject(ctx: Arc<Ctx>, cluster: Arc<Mutex<Cluster>>, faults: Vec<FaultEv
         let fault = Fault::of(f.action, cpus);
         let result = tokio::task::spawn_blocking(move || {
             let mut c = c.lock().expect("cluster lock");
-            c.apply(f.replica, fault)
+            c.apply(f.replica.idx(), fault)
         })
         .await;
         let what = match fault {
@@ -678,10 +679,10 @@ async fn inject(ctx: Arc<Ctx>, cluster: Arc<Mutex<Cluster>>, faults: Vec<FaultEv
             Ok(Err(e)) => format!("{what} failed: {e}"),
             Err(e) => format!("{what} failed: {e}"),
         };
-        let was_up = open[f.replica].survivor();
-        let _ = open[f.replica].apply(f.action);
-        let up = open[f.replica].survivor();
-        ctx.actual_up[f.replica].store(up, Ordering::SeqCst);
+        let was_up = open[f.replica.idx()].survivor();
+        let _ = open[f.replica.idx()].apply(f.action);
+        let up = open[f.replica.idx()].survivor();
+        ctx.actual_up[f.replica.idx()].store(up, Ordering::SeqCst);
         ctx.control(|ctl, now| {
             ctl.c.fault(f.replica, detail, f.t_s);
             if up != was_up {
@@ -703,7 +704,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// [`crate::core::detect::TIMEOUTS_TO_DOWN`] in a row; the suspicion
 /// machine applies its own rules.
 async fn probe(ctx: Arc<Ctx>, interval: Duration) {
-    let tasks = (0..ctx.configs.len()).map(|r| probe_replica(ctx.clone(), r, interval));
+    let tasks = (0..ctx.configs.len()).map(|r| probe_replica(ctx.clone(), ReplicaId(r), interval));
     futures_util::future::join_all(tasks).await;
 }
 
@@ -715,7 +716,7 @@ async fn probe_replica(ctx: Arc<Ctx>, r: ReplicaId, interval: Duration) {
             return;
         }
         let began = ctx.now();
-        let seen = match timeout(PROBE_TIMEOUT.max(interval), check(&ctx.configs[r], &mut client)).await {
+        let seen = match timeout(PROBE_TIMEOUT.max(interval), check(&ctx.configs[r.idx()], &mut client)).await {
             Ok(Ok(())) => Evidence::ProbeOk { ms: (ctx.now() - began) * 1000.0 },
             Ok(Err(_)) => {
                 client = None;
@@ -753,8 +754,8 @@ fn snapshot(ctx: &Ctx, cluster: &Mutex<Cluster>) -> Vec<ReplicaSample> {
         (0..k)
             .map(|r| ReplicaSample {
                 up: ctx.actual_up[r].load(Ordering::SeqCst),
-                role: ctl.c.role(r),
-                active: ctl.c.active(r),
+                role: ctl.c.role(ReplicaId(r)),
+                active: ctl.c.active(ReplicaId(r)),
                 cpu_s: cpu[r],
             })
             .collect()

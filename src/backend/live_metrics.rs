@@ -6,7 +6,7 @@
 //! values once per second from the router and the admission gate.
 
 use crate::core::admission::Gate;
-use crate::core::model::{replica_name, Class, Role};
+use crate::core::model::{Class, ReplicaId, Role};
 use crate::core::router::Router;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -99,17 +99,17 @@ impl LiveMetrics {
     /// Copies the router's and the gate's state into the metrics.
     pub fn refresh(&mut self, router: &Router, gate: Option<&Gate>) {
         for r in 0..router.config().replicas {
-            let replica = replica_name(r);
-            let active = router.active(r);
+            let replica = ReplicaId(r).to_string();
+            let active = router.active(ReplicaId(r));
             for class in Class::ALL {
                 let l = ReplicaClassLabel { replica: replica.clone(), class: class.long().into() };
                 self.active.get_or_create(&l).set(i64::from(active[class.idx()]));
             }
             for role in Role::ALL {
                 let l = ReplicaRoleLabel { replica: replica.clone(), role: role.to_string() };
-                self.role.get_or_create(&l).set(i64::from(router.role(r) == role));
+                self.role.get_or_create(&l).set(i64::from(router.role(ReplicaId(r)) == role));
             }
-            self.healthy.get_or_create(&ReplicaLabel { replica }).set(i64::from(router.is_healthy(r)));
+            self.healthy.get_or_create(&ReplicaLabel { replica }).set(i64::from(router.is_healthy(ReplicaId(r))));
         }
         let Some(gate) = gate else { return };
         self.mode.set(gate.mode().idx() as i64);
