@@ -62,7 +62,7 @@ enum Msg {
     Generator(f64, f64, u64),
 }
 
-/// Test-only knob (documented in the README's test section): busy-spin this
+/// Test-only knob (documented in docs/testing.md): busy-spin this
 /// many milliseconds of CPU inside the generator loop before every session
 /// start and query, to starve the generator on purpose so the saturation
 /// guard's integration test can check that such a run is flagged. Never set

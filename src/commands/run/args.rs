@@ -53,7 +53,7 @@ pub struct ExternalArgs {
     /// libpq DSN of one replica, in order r1, r2, ... (repeat the flag; before the cluster file's).
     #[arg(long = "dsn", value_name = "DSN")]
     pub dsns: Vec<String>,
-    /// Cluster file (TOML): `dsns` and per-action fault commands (see the README).
+    /// Cluster file (TOML): `dsns` and per-action fault commands (see docs/backends.md).
     #[arg(long, value_name = "FILE")]
     pub cluster_file: Option<PathBuf>,
     /// Load the dataset on every external replica instead of only checking it.
