@@ -188,8 +188,14 @@ fn image_cluster_every_fault_and_cleanup() {
     assert_eq!(c.nano_cpus(3).unwrap(), 100_000_000);
     let after = cores_under_load(&c, &rt, 3, Duration::from_secs(4));
     eprintln!("Slow: r4 used {before:.3} cores at C=0.3, {after:.3} at 0.1");
-    assert!(before > 0.2 && before < 0.36, "at C=0.3 r4 used {before:.3} cores");
+    // The limits are what is checked: never above the quota (plus the CFS
+    // slack of a few ms per 100 ms period), and the load must have been
+    // heavy enough to show the cut. How close three connections get to
+    // the 0.3 limit depends on what else the 2-core host runs (0.198 in
+    // the 2026-12-01 CI run), so that floor is loose.
+    assert!(before > 0.15 && before < 0.36, "at C=0.3 r4 used {before:.3} cores");
     assert!(after < 0.13 && after > 0.05, "after Slow 0.1 r4 used {after:.3} cores");
+    assert!(before > 1.5 * after, "Slow 0.1 cut r4 from {before:.3} to only {after:.3} cores");
 
     // Partition: no answer from outside; Heal: it answers again.
     c.apply(4, Fault::Partition).unwrap();

@@ -352,15 +352,32 @@ pub fn read_csv(dir: &Path, name: &str) -> Vec<Row> {
     r.deserialize().map(|row| row.unwrap()).collect()
 }
 
-/// Mean `cpu_fraction` of `replica` over the replicas.csv samples in `[from, to)`.
+/// Mean `cpu_fraction` of `replica` over the seconds in `[from, to)`.
 pub fn cpu_mean(replicas: &[Row], replica: &str, from: f64, to: f64) -> f64 {
+    let v = cpu_samples(replicas, replica, from, to);
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+/// Median `cpu_fraction` of `replica` over the seconds in `[from, to)`.
+pub fn cpu_median(replicas: &[Row], replica: &str, from: f64, to: f64) -> f64 {
+    let mut v = cpu_samples(replicas, replica, from, to);
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn cpu_samples(replicas: &[Row], replica: &str, from: f64, to: f64) -> Vec<f64> {
     let v: Vec<f64> = replicas
         .iter()
         .filter(|r| r["replica"] == replica && (from..to).contains(&num(r, "t_s")) && !r["cpu_fraction"].is_empty())
         .map(|r| num(r, "cpu_fraction"))
         .collect();
     assert!(!v.is_empty(), "no CPU samples of {replica} in [{from}, {to})");
-    v.iter().sum::<f64>() / v.len() as f64
+    v
 }
 
 pub fn num(row: &Row, col: &str) -> f64 {
