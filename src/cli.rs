@@ -5,7 +5,8 @@
 
 use crate::commands::archive::ArchiveArgs;
 use crate::commands::bench::BenchArgs;
-use crate::commands::cluster::{CalibrateArgs, ClusterArgs, ImageArgs};
+use crate::commands::calibrate::CalibrateArgs;
+use crate::commands::cluster::{ClusterArgs, ImageArgs};
 use crate::commands::compare::CompareArgs;
 use crate::commands::experiment::ExperimentArgs;
 use crate::commands::roles::RolesArgs;
@@ -33,7 +34,7 @@ pub enum Command {
     Cluster(ClusterArgs),
     /// Run a grid of strategies x mixes x fault presets x repeats; write medians, quartiles and the paper's figures.
     Experiment(ExperimentArgs),
-    /// Measure each query template's CPU cost on one local replica (calibrates the simulator and the workload).
+    /// Measure one replica's costs under its CPU quota (queries at several concurrencies, connection set-up) into a calibration file.
     Calibrate(CalibrateArgs),
     /// Compare run or experiment folders side by side; with --threshold, exit 1 on a regression.
     Compare(CompareArgs),

@@ -442,7 +442,7 @@ async fn client(ctx: Arc<Ctx>, id: u32, mut script: Client) -> Option<Class> {
             Entry::Stopped => return None,
         };
         let Some(r) = admitted else {
-            intended = ctx.now() + w.client.backoff_ms as f64 / 1000.0;
+            intended = ctx.now() + script.backoff_s(&w);
             continue;
         };
         ctx.send(Msg::Started(class, r, ctx.now()));
@@ -462,7 +462,12 @@ async fn client(ctx: Arc<Ctx>, id: u32, mut script: Client) -> Option<Class> {
             }
         };
         ctx.send(Msg::Ended(SessionRecord { class, replica: r, start_s: intended, end_s: now, abort }));
-        intended = if abort.is_some() { now + w.client.backoff_ms as f64 / 1000.0 } else { now + script.between_s(&w) };
+        intended = if abort.is_some() {
+            now + script.backoff_s(&w)
+        } else {
+            script.succeeded();
+            now + script.between_s(&w)
+        };
     }
 }
 

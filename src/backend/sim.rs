@@ -116,8 +116,9 @@ enum State {
     Idle { resume: Option<u32> },
     /// Waiting for admission (`--admission modes`).
     Queued { resume: Option<u32> },
-    /// In a session on `replica`; `in_flight` holds the query's sequence.
-    Session { replica: ReplicaId, remaining: u32, in_flight: Option<u64>, broken: bool },
+    /// In a session on `replica`; `in_flight` holds the query's sequence
+    /// (or the connection set-up's, while `connecting`).
+    Session { replica: ReplicaId, remaining: u32, in_flight: Option<u64>, broken: bool, connecting: bool },
 }
 
 struct ClientState {
@@ -315,7 +316,7 @@ impl Sim<'_, '_> {
             Admission::Rejected(_) => self.rejected(i),
             Admission::NoRoute => {
                 // No capacity: wait and retry; the intended start stays put.
-                let backoff = self.input.workload.client.backoff_ms as f64 / 1000.0;
+                let backoff = self.clients[i].script.backoff_s(self.input.workload);
                 self.at(self.now + backoff, Ev::Wake(i as u32));
             }
         }
@@ -331,33 +332,54 @@ impl Sim<'_, '_> {
         c.session = self.sessions;
         c.session_start = c.intended;
         let remaining = resume.unwrap_or_else(|| c.script.session_len(w));
-        c.state = State::Session { replica: r, remaining, in_flight: None, broken: false };
-        if self.servers[r.idx()].up {
-            self.send(i, r);
-        } else {
+        c.state = State::Session { replica: r, remaining, in_flight: None, broken: false, connecting: false };
+        if !self.servers[r.idx()].up {
             self.connect_refused(i, r);
+        } else if w.session.connect_cpu_ms > 0.0 {
+            self.connect(i, r);
+        } else {
+            self.send(i, r);
         }
     }
 
-    fn send(&mut self, i: usize, r: ReplicaId) {
-        let cpus = self.input.cpus;
+    /// Sets up the session's connection: a job of `connect_cpu_ms` on the
+    /// replica, under the client's connect deadline.
+    fn connect(&mut self, i: usize, r: ReplicaId) {
         let w = self.input.workload;
-        let now = self.now;
+        let q = self.next_job(i, true);
+        self.enqueue(r, i, q, w.session.connect_cpu_ms / 1000.0);
+        self.at(self.now + w.client.connect_timeout_ms as f64 / 1000.0, Ev::Timeout(i as u32, q));
+    }
+
+    fn send(&mut self, i: usize, r: ReplicaId) {
+        let w = self.input.workload;
+        let draw = self.clients[i].script.query(w);
+        let q = self.next_job(i, false);
+        self.enqueue(r, i, q, draw.demand_s);
+        let deadline = self.input.control.query_deadline_s(w.client.query_timeout_ms as f64 / 1000.0);
+        self.at(self.now + deadline, Ev::Timeout(i as u32, q));
+    }
+
+    /// Numbers client `i`'s next job (a query, or its connection's set-up)
+    /// and marks it in flight.
+    fn next_job(&mut self, i: usize, set_up: bool) -> u64 {
         let c = &mut self.clients[i];
-        let draw = c.script.query(w);
         c.qseq += 1;
-        c.sent = now;
-        let q = c.qseq;
-        if let State::Session { in_flight, .. } = &mut c.state {
-            *in_flight = Some(q);
+        c.sent = self.now;
+        if let State::Session { in_flight, connecting, .. } = &mut c.state {
+            *in_flight = Some(c.qseq);
+            *connecting = set_up;
         }
+        c.qseq
+    }
+
+    /// Puts job `q` of client `i` (`demand_s` of CPU) on server `r`.
+    fn enqueue(&mut self, r: ReplicaId, i: usize, q: u64, demand_s: f64) {
         let s = &mut self.servers[r.idx()];
-        s.advance(now, cpus);
+        s.advance(self.now, self.input.cpus);
         s.n += 1;
-        s.jobs.push(Reverse((key(s.v + draw.demand_s), i as u32, q)));
+        s.jobs.push(Reverse((key(s.v + demand_s), i as u32, q)));
         self.reschedule(r);
-        let deadline = self.input.control.query_deadline_s(self.input.workload.client.query_timeout_ms as f64 / 1000.0);
-        self.at(now + deadline, Ev::Timeout(i as u32, q));
     }
 
     /// Schedules the next completion on `r` (older schedules go stale).
@@ -392,7 +414,13 @@ impl Sim<'_, '_> {
         let Some(Reverse((_, c, _))) = s.jobs.pop() else { return };
         s.n -= 1;
         self.reschedule(r);
-        self.finish_query(c as usize, r, None);
+        if self.clients[c as usize].connecting() {
+            // Connected: the first query goes out now, still due at the
+            // session's intended start.
+            self.send(c as usize, r);
+        } else {
+            self.finish_query(c as usize, r, None);
+        }
     }
 
     fn timeout(&mut self, i: usize, q: u64) {
@@ -403,7 +431,12 @@ impl Sim<'_, '_> {
         let s = &mut self.servers[replica.idx()];
         s.advance(self.now, self.input.cpus);
         s.n -= 1;
-        self.finish_query(i, replica, Some(QueryError::Timeout));
+        if self.clients[i].connecting() {
+            let why = self.input.control.connect_failed(replica, ConnectError::Timeout, self.now);
+            self.abort(i, replica, why);
+        } else {
+            self.finish_query(i, replica, Some(QueryError::Timeout));
+        }
         self.reschedule(replica);
     }
 
@@ -454,8 +487,12 @@ impl Sim<'_, '_> {
             _ => None,
         };
         c.state = State::Idle { resume };
-        let next =
-            if abort.is_some() { now + w.client.backoff_ms as f64 / 1000.0 } else { now + c.script.between_s(w) };
+        let next = if abort.is_some() {
+            now + c.script.backoff_s(w)
+        } else {
+            c.script.succeeded();
+            now + c.script.between_s(w)
+        };
         c.intended = next;
         let admitted = self.input.control.session_ended(r, class, now);
         self.at(next, Ev::Wake(i as u32));
@@ -507,8 +544,15 @@ impl Sim<'_, '_> {
         s.epoch += 1;
         let jobs = std::mem::take(&mut s.jobs);
         for Reverse((_, c, q)) in jobs.into_sorted_vec().into_iter().rev() {
-            if self.clients[c as usize].live(q) {
-                self.fail_query(c as usize, r);
+            let c = c as usize;
+            if !self.clients[c].live(q) {
+                continue;
+            }
+            // A connection being set up is refused; a query fails.
+            if self.clients[c].connecting() {
+                self.connect_refused(c, r);
+            } else {
+                self.fail_query(c, r);
             }
         }
         for c in &mut self.clients {
@@ -543,5 +587,10 @@ impl ClientState {
     /// Whether query `q` is this client's query in flight.
     fn live(&self, q: u64) -> bool {
         matches!(self.state, State::Session { in_flight: Some(x), .. } if x == q)
+    }
+
+    /// Whether the job in flight is the connection's set-up.
+    fn connecting(&self) -> bool {
+        matches!(self.state, State::Session { connecting: true, .. })
     }
 }

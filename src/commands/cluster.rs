@@ -1,21 +1,15 @@
-//! `plbbench cluster up|status|down|fault|cpu`, `plbbench image build` and
-//! `plbbench calibrate`: the user-facing commands over the local and docker
-//! backends. `up` leaves the cluster running for later runs; `fault` and
-//! `cpu` act on it (they also serve as an external cluster file's
-//! commands); `calibrate` measures each query template's CPU cost on one
-//! replica, which is what the simulator's `cpu_ms` and the workload's think
-//! time are calibrated from, and then the replica's throughput under its CPU
-//! quota with the `bench` machinery (a check of the first method: at
-//! saturation, qps x cost should be about the quota). The flags of all
-//! three are declared here, beside the code that reads them.
+//! `plbbench cluster up|status|down|fault|cpu` and `plbbench image build`:
+//! the user-facing commands over the local and docker backends. `up` leaves
+//! the cluster running for later runs; `fault` and `cpu` act on it (they
+//! also serve as an external cluster file's commands). The flags are
+//! declared here, beside the code that reads them.
 
 use super::run::plan::load_workload;
 use super::signals::catch_signals;
-use crate::backend::driver::{execute, prepare};
 use crate::cluster::docker::{self, DockerCluster, DockerOptions};
 use crate::cluster::local::{default_state_dir, LocalCluster, LocalOptions};
 use crate::cluster::{Cluster, Fault};
-use crate::core::model::{parse_replica, Class, ReplicaId};
+use crate::core::model::{parse_replica, ReplicaId};
 use crate::core::settings::{ClusterKind, Named};
 use crate::error::{input, Error};
 use anyhow::Context;
@@ -40,26 +34,6 @@ pub enum ImageAction {
         #[arg(long)]
         force: bool,
     },
-}
-
-/// `plbbench calibrate`.
-#[derive(Debug, Args)]
-pub struct CalibrateArgs {
-    /// Workload whose templates to measure [default: built-in analytics].
-    #[arg(long, value_name = "FILE")]
-    pub workload: Option<PathBuf>,
-    /// Queries per template.
-    #[arg(long, default_value_t = 200, value_name = "N")]
-    pub queries: u32,
-    /// CPU quota (cores) under which throughput is also measured with `bench` machinery (0 skips that part).
-    #[arg(long, default_value_t = 0.3, value_name = "C")]
-    pub cpus: f64,
-    /// Connections of each throughput measurement under the quota.
-    #[arg(long, default_value_t = 4, value_name = "N")]
-    pub connections: u32,
-    /// Seconds of each throughput measurement under the quota.
-    #[arg(long, default_value_t = 5.0, value_name = "S")]
-    pub seconds: f64,
 }
 
 /// `plbbench cluster`.
@@ -349,110 +323,3 @@ pub fn cluster(args: ClusterArgs) -> Result<(), Error> {
     }
 }
 
-/// Measures the CPU milliseconds of each query template on replica r1
-/// (sequential queries on one connection, cgroup CPU accounting), and the
-/// `between_ms` that puts the default mix at 70% of the cluster budget.
-pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
-    if args.queries == 0 {
-        return Err(input("--queries", "must be at least 1"));
-    }
-    if !(args.cpus.is_finite() && args.cpus >= 0.0) {
-        return Err(input("--cpus", format!("must be a non-negative number of cores, got {}", args.cpus)));
-    }
-    if args.connections == 0 {
-        return Err(input("--connections", "must be at least 1"));
-    }
-    if !(args.seconds.is_finite() && args.seconds > 0.0) {
-        return Err(input("--seconds", format!("must be a positive number of seconds, got {}", args.seconds)));
-    }
-    let mut w = load_workload(args.workload.as_deref())?;
-    let opts = LocalOptions {
-        replicas: 1,
-        cpus: 0.0,
-        state_dir: default_state_dir().with_file_name("calibrate"),
-        scale: w.dataset.scale,
-        seed: w.dataset.seed,
-        ..LocalOptions::default()
-    };
-    eprintln!("plbbench: starting one unthrottled replica (dataset scale {})", opts.scale);
-    let mut c = LocalCluster::up(&opts).context("starting the calibration replica")?;
-    let cfg = c.config(0);
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("tokio")?;
-    println!("template,class,queries,cpu_ms,wall_ms");
-    for i in 0..w.query.len() {
-        let (cpu_ms, wall_ms) = runtime.block_on(measure(&c, &cfg, &w.query[i], args.queries))?;
-        let q = &w.query[i];
-        println!("{},{},{},{:.2},{:.2}", q.name, q.class, args.queries, cpu_ms, wall_ms);
-        w.query[i].cpu_ms = (cpu_ms * 100.0).round() / 100.0;
-    }
-    if args.cpus > 0.0 {
-        throughput_under_quota(&mut c, &w, &args)?;
-    }
-    drop(c);
-    let between = w.between_for_utilisation(0.70, 1000, 25, 5, 0.3);
-    eprintln!(
-        "plbbench: mean cpu_ms P {:.2}, F {:.2}; between_ms = {:.0} puts T=1000, 25:75, K=5, C=0.3 at 70% of the budget",
-        w.mean_cpu_ms(Class::P),
-        w.mean_cpu_ms(Class::F),
-        between
-    );
-    Ok(())
-}
-
-/// The second method: r1 under a quota of `--cpus` cores, each template
-/// driven closed-loop by `--connections` connections for `--seconds`; the
-/// implied cost is quota / qps.
-fn throughput_under_quota(
-    c: &mut LocalCluster,
-    w: &crate::core::workload::Workload,
-    args: &CalibrateArgs,
-) -> Result<(), Error> {
-    if !c.cpu_budget_enforced() {
-        eprintln!("plbbench: cgroups are not writable here: no quota to measure throughput under (skipped)");
-        return Ok(());
-    }
-    c.set_cpus(0, args.cpus).context("setting r1's CPU quota")?;
-    println!("template,class,cpus,connections,qps_at_quota,p50_ms,p99_ms,implied_cpu_ms,generator_cpu_cores");
-    for q in &w.query {
-        let spec = super::bench::BenchSpec {
-            servers: vec![c.config(0)],
-            query: q.clone(),
-            connections: args.connections,
-            duration: std::time::Duration::from_secs_f64(args.seconds),
-            prepared: true,
-            rate: None,
-            seed: 1,
-        };
-        let r = super::bench::measure(&spec, 2)?;
-        let implied = if r.qps > 0.0 { format!("{:.2}", args.cpus * 1000.0 / r.qps) } else { "-".into() };
-        let cpu = r.generator_cpu_cores.map_or("-".into(), |c| format!("{c:.3}"));
-        println!(
-            "{},{},{},{},{:.2},{:.2},{:.2},{implied},{cpu}",
-            q.name, q.class, args.cpus, args.connections, r.qps, r.p50_ms, r.p99_ms
-        );
-    }
-    Ok(())
-}
-
-async fn measure(
-    c: &LocalCluster,
-    cfg: &tokio_postgres::Config,
-    q: &crate::core::workload::QueryTemplate,
-    n: u32,
-) -> Result<(f64, f64), Error> {
-    let (client, conn) = cfg.connect(tokio_postgres::NoTls).await.context("connecting to r1")?;
-    tokio::spawn(conn);
-    let st = prepare(&client, q).await.with_context(|| format!("preparing {}", q.name))?;
-    let run = |i: u32| execute(&client, &st, q, (i64::from(i) * 7919) % q.key_range.max(1) as i64 + 1);
-    for i in 0..n.min(20) {
-        run(i).await.with_context(|| format!("warming up {}", q.name))?;
-    }
-    let cpu0 = c.cpu_seconds(0).context("no CPU accounting for r1")?;
-    let t0 = Instant::now();
-    for i in 0..n {
-        run(i).await.with_context(|| format!("running {}", q.name))?;
-    }
-    let wall = t0.elapsed().as_secs_f64();
-    let cpu = c.cpu_seconds(0).context("no CPU accounting for r1")? - cpu0;
-    Ok((cpu * 1000.0 / f64::from(n), wall * 1000.0 / f64::from(n)))
-}

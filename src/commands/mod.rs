@@ -6,6 +6,7 @@
 
 pub mod archive;
 pub mod bench;
+pub mod calibrate;
 pub mod cluster;
 pub mod compare;
 pub mod experiment;

@@ -4,6 +4,7 @@
 //! every test) drives the same code with its own notion of time.
 
 pub mod admission;
+pub mod calibration;
 pub mod control;
 pub mod degradation;
 pub mod detect;

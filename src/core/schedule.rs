@@ -18,6 +18,11 @@ pub struct Client {
     /// When it arrives, seconds from run start (already time-scaled).
     pub arrival_s: f64,
     rng: ChaCha8Rng,
+    /// Draws the retry backoffs only, so that how often a client fails
+    /// (which depends on the backend's timing) never shifts its script.
+    retry: ChaCha8Rng,
+    /// Consecutive failed attempts since the last completed session.
+    failures: u32,
 }
 
 /// One query a client is about to send.
@@ -45,10 +50,15 @@ pub fn clients(total: u32, premium_pct: u32, ramp_s: f64, seed: u64) -> Vec<Clie
         .into_iter()
         .zip(arrivals)
         .enumerate()
-        .map(|(i, (class, arrival_s))| Client {
-            class,
-            arrival_s,
-            rng: ChaCha8Rng::seed_from_u64(seed ^ (0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i as u64 + 1))),
+        .map(|(i, (class, arrival_s))| {
+            let own = seed ^ (0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i as u64 + 1));
+            Client {
+                class,
+                arrival_s,
+                rng: ChaCha8Rng::seed_from_u64(own),
+                retry: ChaCha8Rng::seed_from_u64(own.rotate_left(17)),
+                failures: 0,
+            }
         })
         .collect()
 }
@@ -61,6 +71,22 @@ impl Client {
     /// Think time before the next session, seconds (exponential).
     pub fn between_s(&mut self, w: &Workload) -> f64 {
         exp_s(&mut self.rng, w.session.between_ms)
+    }
+
+    /// The wait before retrying after a failed attempt (a broken session,
+    /// a failed connect, no replica to route to), seconds: exponential
+    /// backoff with jitter ([`ClientShape::backoff_s`]).
+    ///
+    /// [`ClientShape::backoff_s`]: super::workload::ClientShape::backoff_s
+    pub fn backoff_s(&mut self, w: &Workload) -> f64 {
+        let s = w.client.backoff_s(self.failures, self.retry.gen::<f64>());
+        self.failures = self.failures.saturating_add(1);
+        s
+    }
+
+    /// A session completed: the next failure backs off from the start.
+    pub fn succeeded(&mut self) {
+        self.failures = 0;
     }
 
     /// Number of queries in the next session (uniform).
@@ -114,5 +140,19 @@ mod tests {
         };
         assert_eq!(draw(1), draw(1));
         assert_ne!(draw(1), draw(2));
+    }
+
+    #[test]
+    fn backoffs_grow_reset_on_success_and_never_shift_the_script() {
+        let w = crate::core::workload::Workload::parse(include_str!("../../workloads/analytics.toml")).unwrap();
+        let (mut a, mut b) = (clients(1, 0, 60.0, 3).remove(0), clients(1, 0, 60.0, 3).remove(0));
+        let ceilings: Vec<f64> = (0..4).map(|k| w.client.backoff_s(k, 1.0)).collect();
+        for ceiling in ceilings {
+            let d = a.backoff_s(&w);
+            assert!((0.0..ceiling).contains(&d), "{d} not below {ceiling}");
+        }
+        a.succeeded();
+        assert_eq!(a.failures, 0);
+        assert_eq!(a.query(&w), b.query(&w), "retries drew from the script's generator");
     }
 }

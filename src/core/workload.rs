@@ -82,23 +82,67 @@ pub struct SessionShape {
     /// Mean think time between sessions of a client, exponential (ms); a
     /// client also thinks this long after it arrives.
     pub between_ms: f64,
+    /// CPU a replica spends setting up a session's connection (fork,
+    /// authentication, first prepare), ms under the quota, as `plbbench
+    /// calibrate` measures it (default 0: connecting is free). The
+    /// simulator charges it before a session's first query.
+    #[serde(default)]
+    pub connect_cpu_ms: f64,
 }
 
-/// Client deadlines: every connect and query has one.
+/// Client deadlines and retries, like real drivers and pools (design.md
+/// §3): every connect and query has a deadline, and a client whose session
+/// broke or could not start retries after an exponential backoff with full
+/// jitter (a uniform draw below `min(backoff_max_ms, backoff_ms x 2^k)`
+/// after the k-th consecutive failure), so a slow replica does not turn
+/// its clients into a retry storm.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClientShape {
-    /// Connect deadline in ms (default 2000).
+    /// Connect deadline in ms (default 10000, pgjdbc's connectTimeout).
     pub connect_timeout_ms: u64,
     /// Query deadline in ms (default 30000).
     pub query_timeout_ms: u64,
-    /// Backoff after a broken session or refused connect, ms (default 500).
+    /// Backoff ceiling after the first failure, ms (default 500).
     pub backoff_ms: u64,
+    /// Largest backoff ceiling, ms (default 10000).
+    pub backoff_max_ms: u64,
+    /// How the backoff is drawn below its ceiling (default full jitter).
+    pub jitter: Jitter,
 }
 
 impl Default for ClientShape {
     fn default() -> Self {
-        ClientShape { connect_timeout_ms: 2000, query_timeout_ms: 30_000, backoff_ms: 500 }
+        ClientShape {
+            connect_timeout_ms: 10_000,
+            query_timeout_ms: 30_000,
+            backoff_ms: 500,
+            backoff_max_ms: 10_000,
+            jitter: Jitter::Full,
+        }
+    }
+}
+
+/// How a retry's delay is drawn below its ceiling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Jitter {
+    /// Uniform in [0, ceiling) ("full jitter": retries spread out).
+    Full,
+    /// Exactly the ceiling (deterministic; for tests and ablations).
+    None,
+}
+
+impl ClientShape {
+    /// The backoff before retry number `failures + 1` (0 after the first
+    /// failure), seconds, given a uniform draw `u` in [0, 1).
+    pub fn backoff_s(&self, failures: u32, u: f64) -> f64 {
+        let ceiling = (self.backoff_ms as f64 * 2f64.powi(failures.min(30) as i32)).min(self.backoff_max_ms as f64);
+        let ms = match self.jitter {
+            Jitter::Full => ceiling * u,
+            Jitter::None => ceiling,
+        };
+        ms / 1000.0
     }
 }
 
@@ -106,18 +150,20 @@ impl Default for ClientShape {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RouterKnobs {
-    /// theta: sessions per replica before a class spills over (default 10).
-    pub theta: u32,
+    /// theta: sessions per replica before a class spills over; absent, it
+    /// is derived from the workload ([`Workload::derived_theta`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub theta: Option<u32>,
     /// alpha: return level tau = floor(alpha x theta) (default 0.7).
     pub alpha: f64,
-    /// Ablation: apply theta to admission step 2 (Mixed) as well. design.md
-    /// §2 leaves Mixed unbounded, so the default is false.
+    /// theta bounds admission step 2 (Mixed) too (design.md §2 as revised
+    /// 2026-11-30, default true); false is the unbounded ablation.
     pub mixed_bounded: bool,
 }
 
 impl Default for RouterKnobs {
     fn default() -> Self {
-        RouterKnobs { theta: 10, alpha: 0.7, mixed_bounded: false }
+        RouterKnobs { theta: None, alpha: 0.7, mixed_bounded: true }
     }
 }
 
@@ -192,10 +238,13 @@ impl Workload {
         positive("run.baseline_s", self.run.baseline_s)?;
         positive("session.think_ms", self.session.think_ms)?;
         positive("session.between_ms", self.session.between_ms)?;
+        if !(self.session.connect_cpu_ms.is_finite() && self.session.connect_cpu_ms >= 0.0) {
+            return Err(invalid("session.connect_cpu_ms", "must be a non-negative number"));
+        }
         if self.session.queries_min == 0 || self.session.queries_min > self.session.queries_max {
             return Err(invalid("session.queries_min", "must be at least 1 and at most queries_max"));
         }
-        if self.router.theta == 0 {
+        if self.router.theta == Some(0) {
             return Err(invalid("router.theta", "must be at least 1"));
         }
         if !(self.router.alpha > 0.0 && self.router.alpha <= 1.0) {
@@ -210,6 +259,9 @@ impl Workload {
             if v == 0 {
                 return Err(invalid(field, "must be at least 1"));
             }
+        }
+        if self.client.backoff_max_ms < self.client.backoff_ms {
+            return Err(invalid("client.backoff_max_ms", "must be at least backoff_ms"));
         }
         for (i, q) in self.query.iter().enumerate() {
             positive(&format!("query[{i}].weight"), q.weight)?;
@@ -238,39 +290,76 @@ impl Workload {
         t.iter().map(|(i, w)| self.query[*i].cpu_ms * w).sum::<f64>() / total
     }
 
-    /// The CPU fraction of the whole cluster that `clients` clients offer at
-    /// `mix` (Premium percent), ignoring queueing: each client cycles through
-    /// `between` think, then a session of mean n queries with n-1 thinks.
-    /// The default workload is calibrated with this to 70% at T=1000, 25:75.
-    pub fn offered_utilisation(&self, clients: u32, premium_pct: u32, replicas: usize, cpus: f64) -> f64 {
+    /// The CPU cores each class (P, F) offers with `clients` clients at
+    /// `premium_pct`, ignoring queueing: each client cycles through
+    /// `between` think, then a session (its connection's set-up, then mean
+    /// n queries with n-1 thinks), served at most one core at a time.
+    pub fn offered_cores(&self, clients: u32, premium_pct: u32, cpus: f64) -> [f64; 2] {
         let s = &self.session;
         let n = f64::from(s.queries_min + s.queries_max) / 2.0;
         let p = f64::from(premium_pct) / 100.0;
-        let demand_ms = p * self.mean_cpu_ms(Class::P) + (1.0 - p) * self.mean_cpu_ms(Class::F);
-        let service_ms = demand_ms / cpus.min(1.0);
-        let cycle_ms = s.between_ms + n * service_ms + (n - 1.0) * s.think_ms;
-        f64::from(clients) * n * demand_ms / cycle_ms / (replicas as f64 * cpus)
+        Class::ALL.map(|class| {
+            let share = if class == Class::P { p } else { 1.0 - p };
+            let session_cpu_ms = n * self.mean_cpu_ms(class) + s.connect_cpu_ms;
+            let cycle_ms = s.between_ms + session_cpu_ms / cpus.min(1.0) + (n - 1.0) * s.think_ms;
+            f64::from(clients) * share * session_cpu_ms / cycle_ms
+        })
     }
 
-    /// The `session.between_ms` at which [`Workload::offered_utilisation`]
-    /// equals `target` (how the default workload's think time was chosen).
-    pub fn between_for_utilisation(
-        &self,
-        target: f64,
-        clients: u32,
-        premium_pct: u32,
-        replicas: usize,
-        cpus: f64,
-    ) -> f64 {
-        // u = A / (between + B), so between = A/u - B with B from u at 0.
+    /// The fraction of the whole cluster's CPU budget the workload offers.
+    pub fn offered_utilisation(&self, clients: u32, premium_pct: u32, replicas: usize, cpus: f64) -> f64 {
+        self.offered_cores(clients, premium_pct, cpus).iter().sum::<f64>() / (replicas as f64 * cpus)
+    }
+
+    /// Sessions open at once per replica in the baseline, expected from the
+    /// load formula (each client is in a session for its set-up, queries
+    /// and thinks, out of its whole cycle), over `replicas` replicas.
+    pub fn expected_sessions_per_replica(&self, clients: u32, premium_pct: u32, replicas: usize, cpus: f64) -> f64 {
+        let s = &self.session;
+        let n = f64::from(s.queries_min + s.queries_max) / 2.0;
+        let p = f64::from(premium_pct) / 100.0;
+        let open: f64 = Class::ALL
+            .iter()
+            .map(|&class| {
+                let share = if class == Class::P { p } else { 1.0 - p };
+                let busy_ms = (n * self.mean_cpu_ms(class) + s.connect_cpu_ms) / cpus.min(1.0);
+                let in_session_ms = busy_ms + (n - 1.0) * s.think_ms;
+                f64::from(clients) * share * in_session_ms / (s.between_ms + in_session_ms)
+            })
+            .sum();
+        open / replicas as f64
+    }
+
+    /// theta's default (design.md §2): the expected concurrent sessions per
+    /// replica in the baseline, rounded up (at least 1).
+    pub fn derived_theta(&self, clients: u32, premium_pct: u32, replicas: usize, cpus: f64) -> u32 {
+        let v = self.expected_sessions_per_replica(clients, premium_pct, replicas, cpus).ceil();
+        (v as u32).max(1)
+    }
+
+    /// The utilisation of the busier partition when each class has its
+    /// own replicas, `split` = (Premium, Freemium) as rr-split's: the
+    /// most constrained layout of the main comparison, which sizes the
+    /// default workload (design.md §3, "Operating point").
+    pub fn partition_utilisation(&self, clients: u32, premium_pct: u32, split: (usize, usize), cpus: f64) -> f64 {
+        let [p, f] = self.offered_cores(clients, premium_pct, cpus);
+        (p / (split.0 as f64 * cpus)).max(f / (split.1 as f64 * cpus))
+    }
+
+    /// The `session.between_ms` at which `utilisation` (a function of the
+    /// workload that falls as `between_ms` grows) equals `target`.
+    pub fn between_for(&self, target: f64, utilisation: impl Fn(&Workload) -> f64) -> f64 {
         let mut w = self.clone();
-        w.session.between_ms = 0.0;
-        let u0 = w.offered_utilisation(clients, premium_pct, replicas, cpus);
-        w.session.between_ms = 1000.0;
-        let u1 = w.offered_utilisation(clients, premium_pct, replicas, cpus);
-        let a = 1000.0 / (1.0 / u1 - 1.0 / u0);
-        let b = a / u0;
-        a / target - b
+        let (mut lo, mut hi) = (0.0, 1e9);
+        for _ in 0..200 {
+            w.session.between_ms = (lo + hi) / 2.0;
+            if utilisation(&w) > target {
+                lo = w.session.between_ms;
+            } else {
+                hi = w.session.between_ms;
+            }
+        }
+        (lo + hi) / 2.0
     }
 }
 
@@ -307,19 +396,57 @@ mod tests {
     const DEFAULT: &str = include_str!("../../workloads/analytics.toml");
 
     #[test]
-    fn default_workload_parses_and_is_calibrated_to_70_percent() {
+    fn default_workload_puts_the_freemium_partition_at_70_percent() {
         let w = Workload::parse(DEFAULT).unwrap();
-        let u = w.offered_utilisation(1000, 25, 5, 0.3);
-        assert!((u - 0.70).abs() < 0.02, "offered utilisation {u}");
+        let u = w.partition_utilisation(1000, 25, (3, 2), 0.3);
+        assert!((u - 0.70).abs() < 0.01, "busier partition at {u}");
+        let [p, f] = w.offered_cores(1000, 25, 0.3);
+        assert!(f / 0.6 > p / 0.9, "Freemium is the busier partition");
+        let cluster = w.offered_utilisation(1000, 25, 5, 0.3);
+        assert!((cluster - (p + f) / 1.5).abs() < 1e-12);
     }
 
     #[test]
-    fn between_for_utilisation_inverts_the_load_formula() {
+    fn theta_is_the_expected_sessions_per_replica_rounded_up() {
+        let mut w = Workload::parse(DEFAULT).unwrap();
+        assert_eq!(w.router.theta, None, "the default workload derives theta");
+        // One class, no CPU time: a client is in a session for (n-1) thinks
+        // out of between + (n-1) thinks.
+        w.session = SessionShape { queries_min: 11, queries_max: 11, think_ms: 1000.0, between_ms: 30_000.0, connect_cpu_ms: 0.0 };
+        for q in &mut w.query {
+            q.cpu_ms = 1e-9;
+        }
+        let per = w.expected_sessions_per_replica(1000, 25, 5, 0.3);
+        assert!((per - 1000.0 * 10.0 / 40.0 / 5.0).abs() < 1e-3, "{per}");
+        assert_eq!(w.derived_theta(1000, 25, 5, 0.3), 51);
+        assert_eq!(w.derived_theta(1, 25, 5, 0.3), 1);
+    }
+
+    #[test]
+    fn between_for_inverts_the_load_formulas() {
         let mut w = Workload::parse(DEFAULT).unwrap();
         for target in [0.5, 0.7, 0.9] {
-            w.session.between_ms = w.between_for_utilisation(target, 1000, 25, 5, 0.3);
+            w.session.between_ms = w.between_for(target, |w| w.offered_utilisation(1000, 25, 5, 0.3));
             assert!((w.offered_utilisation(1000, 25, 5, 0.3) - target).abs() < 1e-9);
+            w.session.between_ms = w.between_for(target, |w| w.partition_utilisation(1000, 25, (3, 2), 0.3));
+            assert!((w.partition_utilisation(1000, 25, (3, 2), 0.3) - target).abs() < 1e-9);
         }
+    }
+
+    #[test]
+    fn backoff_doubles_to_its_cap_and_jitter_stays_below_the_ceiling() {
+        let mut c = ClientShape { jitter: Jitter::None, ..ClientShape::default() };
+        let ceilings: Vec<f64> = (0..7).map(|k| c.backoff_s(k, 0.3)).collect();
+        assert_eq!(ceilings, [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0]);
+        assert_eq!(c.backoff_s(u32::MAX, 0.0), 10.0, "no overflow after many failures");
+        c.jitter = Jitter::Full;
+        assert_eq!(c.backoff_s(2, 0.25), 0.5);
+        assert!(c.backoff_s(9, 0.999_999) < 10.0);
+        let text = DEFAULT.replacen("backoff_max_ms = 10000", "backoff_max_ms = 100", 1);
+        assert_eq!(
+            Workload::parse(&text).unwrap_err().to_string(),
+            "field `client.backoff_max_ms`: must be at least backoff_ms"
+        );
     }
 
     #[test]
@@ -338,7 +465,7 @@ mod tests {
 
     #[test]
     fn bad_ranges_name_the_field() {
-        let text = DEFAULT.replacen("theta = 10", "theta = 0", 1);
+        let text = DEFAULT.replacen("[router]", "[router]\ntheta = 0", 1);
         assert_eq!(Workload::parse(&text).unwrap_err().to_string(), "field `router.theta`: must be at least 1");
     }
 

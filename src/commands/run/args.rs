@@ -79,6 +79,9 @@ pub struct CommonArgs {
     /// Workload file [default: workloads/analytics.toml, built in].
     #[arg(long, value_name = "FILE")]
     pub workload: Option<PathBuf>,
+    /// Calibration file (`plbbench calibrate`) whose measured costs replace the workload's: each template's cpu_ms and the connection set-up [default: the workload's own figures].
+    #[arg(long, value_name = "FILE")]
+    pub calibration: Option<PathBuf>,
     /// Cluster backend.
     #[arg(long, value_enum, default_value = "local")]
     pub cluster: ClusterKind,
@@ -97,11 +100,14 @@ pub struct CommonArgs {
     /// Health probe interval in milliseconds.
     #[arg(long, default_value_t = 1000, value_name = "MS")]
     pub probe_interval_ms: u64,
-    /// PLB admission threshold theta in sessions per replica [default: the workload's, 10].
+    /// PLB admission threshold theta in sessions per replica [default: the workload's, else the expected concurrent sessions per replica in the baseline, rounded up].
     #[arg(long, value_name = "N")]
     pub theta: Option<u32>,
-    /// PLB ablation: Mixed admits only below theta too [default: the workload's, off].
+    /// PLB ablation: Mixed admits whatever its load (design.md §2 before 2026-11-30) [default: bounded by theta].
     #[arg(long)]
+    pub mixed_unbounded: bool,
+    /// Kept for old command lines: theta bounds Mixed by default now.
+    #[arg(long, hide = true, conflicts_with = "mixed_unbounded")]
     pub mixed_bounded: bool,
     /// Also write queries.csv, one row per query.
     #[arg(long)]

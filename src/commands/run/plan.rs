@@ -84,7 +84,7 @@ pub struct Plan {
     pub cpus: f64,
     /// Health probe interval; `None` under oracle detection (no probes).
     pub probe_interval: Option<Duration>,
-    /// The workload, with `--theta` and `--mixed-bounded` applied.
+    /// The workload, with `--calibration`, theta (resolved) and `--mixed-unbounded` applied.
     pub workload: Workload,
     /// Fault preset name or file path.
     pub faults_name: String,
@@ -196,13 +196,20 @@ impl Plan {
             return Err(input("--probe-interval-ms", "must be at least 1"));
         }
         let mut workload = load_workload(c.workload.as_deref())?;
-        if let Some(theta) = c.theta {
-            if theta == 0 {
-                return Err(input("--theta", "must be at least 1"));
-            }
-            workload.router.theta = theta;
+        if let Some(path) = &c.calibration {
+            let bad = |e: crate::core::calibration::CalibrationError| input("--calibration", format!("{}: {e}", path.display()));
+            let cal = crate::core::calibration::Calibration::parse(&read_text("--calibration", path)?).map_err(bad)?;
+            cal.apply(&mut workload).map_err(bad)?;
         }
-        workload.router.mixed_bounded |= c.mixed_bounded;
+        if c.theta == Some(0) {
+            return Err(input("--theta", "must be at least 1"));
+        }
+        let derived = || workload.derived_theta(c.clients, premium_pct, c.replicas, c.cpus);
+        let theta = c.theta.or(workload.router.theta).unwrap_or_else(derived);
+        workload.router.theta = Some(theta);
+        if c.mixed_unbounded {
+            workload.router.mixed_bounded = false;
+        }
         let faults_name = args.faults.clone().unwrap_or_else(|| workload.run.faults.clone());
         let events = fault_events(&faults_name, &workload, c.replicas)?;
         if c.cluster == ClusterKind::Local {
@@ -217,7 +224,7 @@ impl Plan {
             replicas: c.replicas,
             reference,
             split: (split[0], split[1]),
-            theta: workload.router.theta,
+            theta,
             alpha: workload.router.alpha,
             mixed_bounded: workload.router.mixed_bounded,
         };

@@ -1,0 +1,187 @@
+//! The calibration file (design.md §3, "Operating point"): what one replica
+//! spends, measured inside the cluster under its CPU quota at the
+//! concurrency of a run, and where and when it was measured. `plbbench
+//! calibrate` writes it; the workload's costs are copied from it (a unit
+//! test keeps the default workload and the committed file in step) and
+//! `run --calibration FILE` lays another machine's figures over a workload,
+//! so the simulator and the workload sizing read the same measurements.
+
+use super::model::Class;
+use super::workload::{from_toml, Workload};
+use serde::{Deserialize, Serialize};
+
+/// A calibration file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Calibration {
+    /// Format version (1).
+    pub schema_version: u32,
+    /// When it was measured (UTC, RFC 3339).
+    pub measured_utc: String,
+    /// plbbench version that measured it.
+    pub plbbench_version: String,
+    /// The machine it was measured on.
+    pub machine: Machine,
+    /// `SELECT version()` of the measured replica.
+    pub postgres_version: String,
+    /// The replica's CPU quota, cores (C).
+    pub cpus: f64,
+    /// Whether the quota was enforced (cgroups writable).
+    pub cpu_budget_enforced: bool,
+    /// Workload whose templates were measured.
+    pub workload: String,
+    /// Dataset scale factor.
+    pub dataset_scale: f64,
+    /// The concurrency whose costs the workload uses (`cpu_ms` below).
+    pub connections: u32,
+    /// Connection set-up.
+    pub connect: ConnectCost,
+    /// One entry per query template.
+    pub template: Vec<TemplateCost>,
+}
+
+/// The machine a calibration was measured on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Machine {
+    /// Logical cores.
+    pub cores: usize,
+    /// Memory, GiB.
+    pub memory_gib: f64,
+    /// CPU model name.
+    pub cpu_model: String,
+    /// One-minute load average when the measurement started.
+    pub load_average: f64,
+}
+
+/// What setting up one connection costs the replica: connect, SCRAM
+/// authentication, the first prepare and one query, then close.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectCost {
+    /// Connections measured (one after another).
+    pub connections: u32,
+    /// Replica CPU per connection, ms.
+    pub cpu_ms: f64,
+    /// Wall time per connection as the client sees it, ms.
+    pub wall_ms: f64,
+}
+
+/// One template's cost.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TemplateCost {
+    /// Template name in the workload.
+    pub name: String,
+    /// Its class.
+    pub class: Class,
+    /// Replica CPU per query at `Calibration::connections`, ms: what the
+    /// workload's `cpu_ms` is.
+    pub cpu_ms: f64,
+    /// The replica's capacity for this template under the quota, queries/s
+    /// (C / cpu_ms).
+    pub capacity_qps: f64,
+    /// The measurements at each concurrency.
+    pub at: Vec<Point>,
+}
+
+/// One closed-loop measurement of a template under the quota.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Point {
+    /// Connections driving it, each sending its next query at once.
+    pub connections: u32,
+    /// Queries completed.
+    pub queries: u64,
+    /// Completed queries per second.
+    pub qps: f64,
+    /// Replica CPU per query, ms (cgroup CPU over the window / queries).
+    pub cpu_ms: f64,
+    /// The replica's CPU use over the window, fraction of the quota.
+    pub cpu_fraction: f64,
+    /// Median latency, ms.
+    pub p50_ms: f64,
+    /// 99th percentile latency, ms.
+    pub p99_ms: f64,
+}
+
+/// Why a calibration file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CalibrationError {
+    /// Not valid TOML for the format.
+    #[error("{0}")]
+    Parse(String),
+    /// A format version this plbbench does not know.
+    #[error("field `schema_version`: {0} is newer than this plbbench reads (1)")]
+    Version(u32),
+    /// The workload has a template the file does not measure.
+    #[error("field `template`: no figure for the workload's template {0:?}")]
+    Missing(String),
+}
+
+impl Calibration {
+    /// Parses and checks a calibration file.
+    pub fn parse(text: &str) -> Result<Calibration, CalibrationError> {
+        let c: Calibration = from_toml(text).map_err(CalibrationError::Parse)?;
+        if c.schema_version > 1 {
+            return Err(CalibrationError::Version(c.schema_version));
+        }
+        Ok(c)
+    }
+
+    /// Lays the measured costs over `w`: every template's `cpu_ms` and the
+    /// connection set-up's. Every template of `w` must be measured.
+    pub fn apply(&self, w: &mut Workload) -> Result<(), CalibrationError> {
+        for q in &mut w.query {
+            let t = self.template.iter().find(|t| t.name == q.name).ok_or(CalibrationError::Missing(q.name.clone()))?;
+            q.cpu_ms = t.cpu_ms;
+        }
+        w.session.connect_cpu_ms = self.connect.cpu_ms;
+        Ok(())
+    }
+
+    /// The file's text: a header saying what it is, then the figures.
+    pub fn to_toml(&self) -> String {
+        let body = toml::to_string_pretty(self).expect("a calibration serialises");
+        format!(
+            "# plbbench calibrate: one replica's costs under its CPU quota (design.md §3).\n\
+             # cpu_ms is replica CPU per query at `connections` closed-loop connections;\n\
+             # connect.cpu_ms is one connection's set-up (connect, SCRAM, prepare, close).\n{body}"
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = include_str!("../../workloads/calibration-local.toml");
+    const DEFAULT: &str = include_str!("../../workloads/analytics.toml");
+
+    #[test]
+    fn the_default_workload_carries_the_committed_calibration() {
+        let c = Calibration::parse(FILE).unwrap();
+        let w = Workload::parse(DEFAULT).unwrap();
+        let mut calibrated = w.clone();
+        c.apply(&mut calibrated).unwrap();
+        assert_eq!(calibrated, w, "workloads/analytics.toml's costs differ from workloads/calibration-local.toml");
+        assert_eq!(c.workload, w.name);
+        assert_eq!(c.dataset_scale, w.dataset.scale);
+        for t in &c.template {
+            assert!(t.at.iter().any(|p| p.connections == c.connections), "{}: no point at {}", t.name, c.connections);
+        }
+    }
+
+    #[test]
+    fn round_trips_and_refuses_what_it_cannot_use() {
+        let c = Calibration::parse(FILE).unwrap();
+        assert_eq!(Calibration::parse(&c.to_toml()).unwrap(), c);
+        let newer = FILE.replacen("schema_version = 1", "schema_version = 2", 1);
+        assert!(matches!(Calibration::parse(&newer), Err(CalibrationError::Version(2))));
+        let mut w = Workload::parse(DEFAULT).unwrap();
+        w.query[0].name = "other".into();
+        assert_eq!(c.apply(&mut w).unwrap_err().to_string(), "field `template`: no figure for the workload's template \"other\"");
+        let unknown = format!("bogus = 1\n{FILE}");
+        assert!(Calibration::parse(&unknown).unwrap_err().to_string().contains("bogus"));
+    }
+}
