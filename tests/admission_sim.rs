@@ -39,7 +39,7 @@ fn survival_limits_each_replica_and_rejections_are_counted() {
     let dir = tmp("survival");
     let w = workload(
         &dir,
-        "cpu_pct = [10.0, 20.0, 30.0]\nmin_mode_duration_s = 10.0\nreplica_sessions = 20\nqueue_deadline_ms = 2000",
+        "cpu_pct = [5.0, 10.0, 15.0]\nmin_mode_duration_s = 10.0\nreplica_sessions = 20\nqueue_deadline_ms = 2000",
     );
     let out = dir.join("run");
     let o = plbbench(&[

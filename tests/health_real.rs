@@ -39,14 +39,14 @@ fn heavy_load_without_faults_isolates_no_replica() {
     }
     let _one = serial();
     let sb = Sandbox::new("health-load");
-    // 1.5x the calibrated load under plb: the replicas' CPU budgets are
-    // busy and Freemium's waits run to seconds.
-    let f = run(&sb, "none", &["--T", "1500", "--time-scale", "0.1"]);
-    // Heavy: Freemium's p95 in the baseline is over ten times a Freemium
-    // query's time alone (18 ms of CPU at 0.3 cores: 60 ms).
+    // 5x the default T under plb, about 1.6x the cluster's CPU budget:
+    // the replicas are saturated and Freemium's waits run long.
+    let f = run(&sb, "none", &["--T", "5000", "--time-scale", "0.1"]);
+    // Heavy: Freemium's p95 in the baseline is over 25 times a Freemium
+    // query's time alone (3.3 ms of CPU at 0.3 cores: 11 ms).
     let f_base = f.phases.iter().find(|p| p["phase"] == "baseline" && p["class"] == "F").expect("baseline F");
     let p95 = num(f_base, "p95_ms");
-    assert!(p95 > 600.0, "the load should queue Freemium: baseline p95 {p95} ms");
+    assert!(p95 > 300.0, "the load should queue Freemium: baseline p95 {p95} ms");
     let removed: Vec<_> = health(&f).into_iter().filter(|(_, _, d)| d.contains("->ISOLATED")).collect();
     assert!(removed.is_empty(), "false removals under load: {removed:?}");
     assert!(

@@ -163,9 +163,9 @@ struct FaultRun {
 /// `premium-fault` at `--time-scale 0.2` with the default T=1000: a 60 s
 /// run (ramp 12 s, baseline 18-24 s, Down r1 at 24 s, Rejoin at 42 s).
 ///
-/// T is not scaled down: the workload is calibrated for ~70% of the
-/// cluster's CPU at T=1000 and a client's first session comes after an
-/// exponential think of ~133 s, so fewer clients would leave a short run
+/// T is not scaled down: the workload is sized at T=1000 (rr-split's
+/// Freemium pair at 70% of its budget) and a client's first session comes
+/// after an exponential think of ~116 s, so fewer clients would leave a short run
 /// nearly idle and the Down would break few sessions. 0.2 rather than 0.1:
 /// at 0.1 the Down lands 6 s after the ramp, when only ~half as many
 /// sessions are open and the replicas are far from saturated; then health
