@@ -302,20 +302,20 @@ fn fault_run_leaves_nothing_behind() {
 
 // ----- (d): interrupted runs -----
 
-/// Starts `premium-fault` at `--time-scale 0.2` (60 s: baseline 18-24 s,
-/// Down r1 at 24 s, Rejoin at 42 s; 0.2 rather than 0.1 so that a signal at
-/// mid-run lands after the Down with whole phases before it), sends
+/// Starts `preset` at `--time-scale 0.2` (60 s; premium-fault: baseline
+/// 18-24 s, Down r1 at 24 s, Rejoin at 42 s; 0.2 rather than 0.1 so that a
+/// signal at mid-run lands after the Down with whole phases before it), sends
 /// `signals` (`(delay, signal)`: the first delay counted from when all five
 /// replicas run, the next from the previous signal), and checks exit time,
 /// the partial folder and cleanup. Returns the folder and each signal's
 /// note time in the run's clock.
-fn interrupted(tag: &str, signals: &[(Duration, Signal)]) -> Option<(Folder, Vec<f64>)> {
+fn interrupted(tag: &str, preset: &str, signals: &[(Duration, Signal)]) -> Option<(Folder, Vec<f64>)> {
     if !have_postgres() {
         return None;
     }
     let _one = serial();
     let sb = Sandbox::new(tag);
-    let mut run = Running::start(&sb, "premium-fault", &["--time-scale", "0.2", "--raw"]);
+    let mut run = Running::start(&sb, preset, &["--time-scale", "0.2", "--raw"]);
     if let Some(st) = run.poll(RUN_LIMIT, |o| o.replicas_up.is_some()) {
         panic!("run exited ({st}) before its cluster was up:\n{}", sb.stderr());
     }
@@ -364,7 +364,7 @@ fn assert_no_query_started_after(f: &Folder, t: f64) {
 
 #[test]
 fn sigint_mid_run_writes_a_partial_folder_and_cleans_up() {
-    let Some((f, notes)) = interrupted("sigint", &[(Duration::from_secs(30), Signal::SIGINT)]) else { return };
+    let Some((f, notes)) = interrupted("sigint", "premium-fault", &[(Duration::from_secs(30), Signal::SIGINT)]) else { return };
     let t = notes[0];
     assert!(t > 25.0 && t < 40.0, "signal at {t} s in the run's clock");
     assert_no_query_started_after(&f, t);
@@ -380,7 +380,7 @@ fn sigint_mid_run_writes_a_partial_folder_and_cleans_up() {
 
 #[test]
 fn sigterm_mid_run_writes_a_partial_folder_and_cleans_up() {
-    let Some((f, notes)) = interrupted("sigterm", &[(Duration::from_secs(30), Signal::SIGTERM)]) else { return };
+    let Some((f, notes)) = interrupted("sigterm", "premium-fault", &[(Duration::from_secs(30), Signal::SIGTERM)]) else { return };
     assert_no_query_started_after(&f, notes[0]);
     let late: Vec<&Query> = f.queries.iter().filter(|q| q.end > notes[0] + DRAIN_S + 1e-6).collect();
     assert!(late.is_empty(), "queries recorded after the drain: {late:?}");
@@ -389,9 +389,12 @@ fn sigterm_mid_run_writes_a_partial_folder_and_cleans_up() {
 #[test]
 fn second_signal_stops_at_once() {
     // The second signal comes 0.3 s into the 2 s drain; the run must not wait
-    // for the rest of it. Early in the run (baseline) to keep the test short.
-    let signals = [(Duration::from_secs(20), Signal::SIGINT), (Duration::from_millis(300), Signal::SIGTERM)];
-    let Some((f, notes)) = interrupted("twice", &signals) else { return };
+    // for the rest of it. A drain lasts only while a query is in flight, and
+    // the default workload's queries take milliseconds: so r1 is paused
+    // (gray-pause: SIGSTOP at 24 s, SIGCONT at 42 s) when the first signal
+    // comes at about 30 s, and its sessions' queries hang through the drain.
+    let signals = [(Duration::from_secs(30), Signal::SIGINT), (Duration::from_millis(300), Signal::SIGTERM)];
+    let Some((f, notes)) = interrupted("twice", "gray-pause", &signals) else { return };
     assert_no_query_started_after(&f, notes[0]);
     let late: Vec<&Query> = f.queries.iter().filter(|q| q.end > notes[1] + 0.1).collect();
     assert!(late.is_empty(), "queries recorded after the second signal at {} s: {late:?}", notes[1]);

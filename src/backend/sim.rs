@@ -1,6 +1,11 @@
 //! The `sim` cluster backend (design.md §6): a discrete-event simulation of
-//! K replicas as processor-sharing servers of C cores each (a Slow one has
-//! its fraction of C; a paused or partitioned one makes no progress), driven
+//! K replicas as processor-sharing servers under a CFS bandwidth quota, as
+//! cgroup `cpu.max` runs the real ones: a replica's processes run at up to
+//! one core until the period's quota (C x 100 ms; a Slow one has its
+//! fraction) is spent, then wait for the next 100 ms period, so a lone
+//! query takes its CPU time, not its CPU time / C (a paused or partitioned
+//! replica makes no progress). Connection set-up is a job of its own under
+//! the client's connect deadline. The servers are driven
 //! by the same client scripts, run controller (`core::control`: router,
 //! detection, admission) and collector as real runs. This module only
 //! models the servers and clients and carries out the controller's
@@ -52,7 +57,16 @@ enum Ev {
     Done(ReplicaId, u64),
     Timeout(u32, u64),
     Expire,
+    Quota(ReplicaId, u64),
 }
+
+/// The CFS bandwidth period, seconds (the local backend writes 100 ms).
+const PERIOD_S: f64 = 0.1;
+/// The most cores one replica's processes use at once in the model: the
+/// host's cores are shared by every replica and the generator.
+const BURST_CORES: f64 = 1.0;
+/// CPU seconds below which a period's quota counts as spent.
+const SPENT: f64 = 1e-12;
 
 /// A replica as a processor-sharing server.
 struct Server {
@@ -68,6 +82,10 @@ struct Server {
     n: usize,
     jobs: BinaryHeap<Reverse<(u64, u32, u64)>>,
     epoch: u64,
+    /// CPU seconds left of this period's quota.
+    budget: f64,
+    /// When the current quota period ends.
+    period_end: f64,
 }
 
 impl Server {
@@ -83,6 +101,8 @@ impl Server {
             n: 0,
             jobs: BinaryHeap::new(),
             epoch: 0,
+            budget: 0.0,
+            period_end: 0.0,
         }
     }
 
@@ -91,22 +111,45 @@ impl Server {
         self.paused || self.partitioned
     }
 
-    /// Per-job rate with budget `cpus`: `min(1, cpus * share / n)`.
-    fn rate(&self, cpus: f64) -> f64 {
-        if self.stalled() || self.n == 0 {
+    /// Per-job rate: the jobs share up to [`BURST_CORES`] (at most one
+    /// core each) while the period's quota lasts, nothing once it is spent.
+    fn rate(&self) -> f64 {
+        if self.stalled() || self.n == 0 || self.budget <= SPENT {
             0.0
         } else {
-            (cpus * self.share / self.n as f64).min(1.0)
+            (BURST_CORES / self.n as f64).min(1.0)
         }
     }
 
+    /// A new quota (`share` of C), in force at once: writing `cpu.max`
+    /// gives the current period the new quota, as the kernel does.
+    fn requota(&mut self, share: f64, cpus: f64) {
+        self.share = share;
+        self.budget = cpus * share * PERIOD_S;
+    }
+
+    /// Cores in use now.
+    fn speed(&self) -> f64 {
+        self.rate() * self.n as f64
+    }
+
+    /// Runs the jobs from `last_t` to `t` (no period boundary or spent
+    /// quota lies in between: [`Sim::reschedule`] puts an event there),
+    /// then starts a new period with a full quota if `t` is past the
+    /// current one's end (`cpus` x share x period).
     fn advance(&mut self, t: f64, cpus: f64) {
         let dt = t - self.last_t;
-        if dt > 0.0 && !self.stalled() {
-            self.v += dt * self.rate(cpus);
-            self.cpu_s += dt * (self.n as f64).min(cpus * self.share);
+        if dt > 0.0 {
+            let used = (dt * self.speed()).min(self.budget.max(0.0));
+            self.v += dt * self.rate();
+            self.cpu_s += used;
+            self.budget -= used;
         }
         self.last_t = t;
+        if t >= self.period_end - SPENT {
+            self.budget = cpus * self.share * PERIOD_S;
+            self.period_end = ((t + SPENT) / PERIOD_S).floor() * PERIOD_S + PERIOD_S;
+        }
     }
 }
 
@@ -229,6 +272,12 @@ impl Sim<'_, '_> {
             Ev::Fault(i) => self.fault(i),
             Ev::Probe => self.probe(),
             Ev::Expire => self.expire(),
+            Ev::Quota(r, epoch) => {
+                if self.servers[r.idx()].epoch == epoch {
+                    self.servers[r.idx()].advance(self.now, self.input.cpus);
+                    self.reschedule(r);
+                }
+            }
             Ev::Sample => {
                 self.input.control.tick(self.now);
                 self.sample();
@@ -382,23 +431,34 @@ impl Sim<'_, '_> {
         self.reschedule(r);
     }
 
-    /// Schedules the next completion on `r` (older schedules go stale).
+    /// Schedules the next completion on `r` and, while it has work, the
+    /// next quota event (its quota spent, or its period's end); older
+    /// schedules go stale.
     fn reschedule(&mut self, r: ReplicaId) {
-        let cpus = self.input.cpus;
         let s = &mut self.servers[r.idx()];
         s.epoch += 1;
+        let epoch = s.epoch;
         loop {
             let Some(&Reverse((fv, c, q))) = s.jobs.peek() else { return };
             if !self.clients[c as usize].live(q) {
                 s.jobs.pop();
                 continue;
             }
-            let rate = s.rate(cpus);
+            if s.budget > SPENT && s.n > 0 && self.now + s.budget / (s.n as f64).min(BURST_CORES) <= self.now {
+                s.budget = 0.0; // too little left to move the clock: spent
+            }
+            let rate = s.rate();
+            let mut events = Vec::with_capacity(2);
             if rate > 0.0 {
-                let t = self.now + (f64::from_bits(fv) - s.v).max(0.0) / rate;
-                let epoch = s.epoch;
+                events.push((self.now + (f64::from_bits(fv) - s.v).max(0.0) / rate, Ev::Done(r, epoch)));
+            }
+            if s.n > 0 && !s.stalled() {
+                let spent = if rate > 0.0 { self.now + s.budget / s.speed() } else { s.period_end };
+                events.push((spent.min(s.period_end), Ev::Quota(r, epoch)));
+            }
+            for (t, ev) in events {
                 self.seq += 1;
-                self.queue.push(Reverse((key(t), self.seq, Ev::Done(r, epoch))));
+                self.queue.push(Reverse((key(t), self.seq, ev)));
             }
             return;
         }
@@ -524,8 +584,8 @@ impl Sim<'_, '_> {
             Action::Rejoin => self.servers[r.idx()].up = true,
             Action::Pause => self.servers[r.idx()].paused = true,
             Action::Resume => self.servers[r.idx()].paused = false,
-            Action::Slow(f) => self.servers[r.idx()].share = f,
-            Action::Restore => self.servers[r.idx()].share = 1.0,
+            Action::Slow(f) => self.servers[r.idx()].requota(f, cpus),
+            Action::Restore => self.servers[r.idx()].requota(1.0, cpus),
             Action::Partition => self.servers[r.idx()].partitioned = true,
             Action::Heal => self.servers[r.idx()].partitioned = false,
         }
