@@ -115,6 +115,7 @@ fn synthetic(partial: bool, workload: &str) -> (Summary, RunMetrics) {
         error_kinds: vec![(Class::P, "connection".into(), 3), (Class::F, "connection".into(), 3)],
         rejection_reasons: vec![],
         queue: Default::default(),
+        timeouts: Vec::new(),
     };
     let summary = Summary {
         partial,
