@@ -182,7 +182,9 @@ pub struct PhaseRow {
     pub aborted_sessions: u64,
     pub cpu_mean: Option<f64>,
     pub cpu_cv: Option<f64>,
-    /// Sessions refused by `--admission modes` (queue full or deadline).
+    /// Sessions refused by `--admission modes` (queue full or deadline);
+    /// 0 in a summary.json from before admission.
+    #[serde(default)]
     pub rejected: u64,
     /// p95 of the wait for admission, ms (`--admission modes` only).
     pub queued_ms_p95: Option<f64>,
