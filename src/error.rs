@@ -1,5 +1,6 @@
 //! The ways plbbench stops short, and their exit statuses: bad input (2),
-//! caught before anything starts; a run that failed (1); and a run stopped
+//! caught before anything starts; a run that failed, or that was measured
+//! and written but failed its validity checks (1); and a run stopped
 //! by SIGINT or SIGTERM (128 + the signal's number, as shells report it:
 //! 130 or 143), whose partial folder was still written and cleaned up after.
 
@@ -12,6 +13,11 @@ pub enum Error {
     /// Something failed while running. Exit status 1.
     #[error(transparent)]
     Run(#[from] anyhow::Error),
+    /// The run was measured and its folder written, but it failed its
+    /// validity checks (design.md §4) under `--checks fail`; one line
+    /// saying how many. Exit status 1.
+    #[error("{0}")]
+    Checks(String),
     /// Stopped by a signal (`SIGINT` or `SIGTERM`) after writing what was
     /// measured. Exit status 128 + the signal number.
     #[error("interrupted by {signal}: {detail}")]
@@ -28,7 +34,7 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Input(_) => 2,
-            Error::Run(_) => 1,
+            Error::Run(_) | Error::Checks(_) => 1,
             Error::Interrupted { signal, .. } => 128 + signal.number(),
         }
     }

@@ -1,5 +1,5 @@
 //! The plbbench binary: parse arguments, call `plbbench::run`, map errors to
-//! exit statuses (2 bad input, 1 failed run, 130/143 interrupted) with one line on stderr.
+//! exit statuses (2 bad input, 1 failed run or failed checks, 130/143 interrupted) with one line on stderr.
 
 use clap::error::{ContextKind, ErrorKind};
 use clap::Parser;
@@ -16,7 +16,7 @@ fn main() {
     };
     if let Err(e) = plbbench::run(cli) {
         match &e {
-            plbbench::Error::Input(msg) => eprintln!("plbbench: error: {msg}"),
+            plbbench::Error::Input(msg) | plbbench::Error::Checks(msg) => eprintln!("plbbench: error: {msg}"),
             plbbench::Error::Run(err) => eprintln!("plbbench: error: {err:#}"),
             plbbench::Error::Interrupted { .. } => eprintln!("plbbench: {e}"),
         }

@@ -149,8 +149,10 @@ fn check_page(bin: &Path, page: &Path, min_figures: usize, shot: &Path) {
     let _ = std::fs::remove_dir_all(&profile);
 }
 
+/// Runs `plbbench ARGS --checks warn`: the pages are under test here, not
+/// the runs' validity (a light T=300 baseline can fail the trend check).
 fn plbbench(args: &[&str]) {
-    let out = Command::new(env!("CARGO_BIN_EXE_plbbench")).args(args).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_plbbench")).args(args).args(["--checks", "warn"]).output().unwrap();
     assert!(out.status.success(), "plbbench {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
 }
 

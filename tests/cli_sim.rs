@@ -1,6 +1,10 @@
 //! The CLI contract on the simulator backend, through the real binary:
 //! complete run folders, byte-identical results for a seed, the `roles`
-//! CSV, and one-line errors with exit status 2 for bad input.
+//! CSV, one-line errors with exit status 2 for bad input, and the run
+//! validity checks: an overloaded run (or one whose phases are shorter than
+//! a session) writes its folder and exits 1 naming each failed check, on
+//! stderr, in summary.json and at the top of report.html; `--checks warn`
+//! makes the same run exit 0 with warnings; a healthy run passes them all.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -61,11 +65,13 @@ fn sim_run_writes_every_file_and_is_reproducible() {
 #[test]
 fn existing_folder_needs_force() {
     let a = tmp("force");
-    assert!(sim_run(&a, &["--T", "50", "--time-scale", "0.1"]).status.success());
-    let again = sim_run(&a, &["--T", "50", "--time-scale", "0.1"]);
+    // 3 s phases fail the phase-length check; that is not under test here.
+    let fast = ["--T", "50", "--time-scale", "0.1", "--checks", "warn"];
+    assert!(sim_run(&a, &fast).status.success());
+    let again = sim_run(&a, &fast);
     assert_eq!(again.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
-    assert!(sim_run(&a, &["--T", "50", "--time-scale", "0.1", "--force"]).status.success());
+    assert!(sim_run(&a, &[&fast[..], &["--force"]].concat()).status.success());
     std::fs::remove_dir_all(a).unwrap();
 }
 
@@ -163,4 +169,104 @@ fn sim_figures_are_pinned_at_a_fixed_seed() {
         assert_eq!(got, want, "{strategy} {faults}: simulator figures changed");
         std::fs::remove_dir_all(dir).unwrap();
     }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn summary_of(dir: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap()
+}
+
+/// The verdicts of a summary.json as `(name, ok)`.
+fn verdicts(s: &serde_json::Value) -> Vec<(String, bool)> {
+    let v = s["verdicts"].as_array().unwrap();
+    v.iter().map(|v| (v["name"].as_str().unwrap().to_string(), v["ok"].as_bool().unwrap())).collect()
+}
+
+/// The failed-checks banner of report.html, asserted to be the first thing
+/// in the page's `<main>`, above the title and the settings.
+fn top_banner(dir: &Path) -> String {
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    let main = html.find("<main>").unwrap() + "<main>".len();
+    let banner = html.find(r#"<div class="banner checks" id="failing-verdicts">"#).expect("failed-checks banner");
+    assert_eq!(html[main..banner].trim(), "", "the banner is the top of the page");
+    assert!(banner < html.find("<h1>").unwrap() && banner < html.find(r#"id="setup""#).unwrap());
+    html[banner..banner + html[banner..].find("</div>").unwrap()].to_string()
+}
+
+/// T=5000 on the simulator: the replicas cannot keep up, queries pass the
+/// 30 s deadline in the baseline already and the sessions time out.
+#[test]
+fn an_overloaded_run_fails_its_checks_loudly_and_warn_downgrades_them() {
+    let (fail, warn) = (tmp("overload-fail"), tmp("overload-warn"));
+    let out = sim_run(&fail, &["--T", "5000"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("plbbench: check failed: baseline steady: ") && err.contains(" sessions timed out"), "{err}");
+    assert!(err.contains("plbbench: check failed: time-outs: baseline "), "{err}");
+    assert!(err.contains("plbbench: error: the run failed 2 of 4 checks"), "{err}");
+    let checks = err.lines().filter(|l| l.starts_with("plbbench: check failed: ")).count();
+    assert_eq!(checks, 2, "one line per failed check: {err}");
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("plb · mix 25:75 · T=5000 · faults premium-fault · sim cluster\n"), "{stdout}");
+    assert!(stdout.contains("\naborted sessions: P ") && stdout.contains("timeout"), "{stdout}");
+    assert!(stdout.contains("\nchecks: 2 of 4 FAILED (baseline steady, time-outs)\n"), "{stdout}");
+    let s = summary_of(&fail);
+    assert_eq!(s["settings"]["checks"], "fail");
+    let want = [("accounting", true), ("baseline steady", false), ("time-outs", false), ("phase length", true)];
+    assert_eq!(verdicts(&s), want.map(|(n, ok)| (n.to_string(), ok)));
+    let banner = top_banner(&fail);
+    assert!(banner.contains("FAILED 2 OF 4 CHECKS") && banner.contains("do not measure what they claim"), "{banner}");
+    assert!(banner.contains("<b>baseline steady</b>") && banner.contains("<b>time-outs</b>"), "{banner}");
+    assert!(!banner.contains("downgraded"), "{banner}");
+
+    let out = sim_run(&warn, &["--T", "5000", "--checks", "warn"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let warned = err.lines().filter(|l| l.starts_with("plbbench: warning: check failed: ")).count();
+    assert_eq!(warned, 2, "{err}");
+    assert!(!err.contains("error"), "{err}");
+    let s = summary_of(&warn);
+    assert_eq!(s["settings"]["checks"], "warn");
+    assert_eq!(verdicts(&s), want.map(|(n, ok)| (n.to_string(), ok)), "the same checks fail");
+    assert!(top_banner(&warn).contains("downgraded to warnings"));
+    for d in [fail, warn] {
+        std::fs::remove_dir_all(d).unwrap();
+    }
+}
+
+/// At `--time-scale 0.1` the 30 s baseline lasts 3 s, less than a typical
+/// session (the think times between its mean number of queries): the
+/// phase-length check fails.
+#[test]
+fn phases_shorter_than_a_session_fail_the_phase_length_check() {
+    let dir = tmp("short");
+    let out = sim_run(&dir, &["--T", "50", "--time-scale", "0.1"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let line = err.lines().find(|l| l.starts_with("plbbench: check failed: phase length: ")).expect(&err);
+    assert!(line.contains(": shorter than a typical session (") && line.contains("s): baseline (3.0 s)"), "{err}");
+    assert!(dir.join("report.html").is_file() && dir.join("phases.csv").is_file(), "the folder is written");
+    assert!(top_banner(&dir).contains("<b>phase length</b>"));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// T=200 loads the replicas lightly: no time-out, a flat baseline p95, and
+/// at full time scale every phase outlasts a session.
+#[test]
+fn a_healthy_run_passes_every_check() {
+    let dir = tmp("healthy");
+    let out = sim_run(&dir, &["--T", "200", "--faults", "cascade"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("check failed"), "{err}");
+    assert!(text(&out.stdout).contains("\nchecks: all 4 passed\n"), "{}", text(&out.stdout));
+    let s = summary_of(&dir);
+    let names: Vec<String> = verdicts(&s).into_iter().filter(|v| v.1).map(|v| v.0).collect();
+    assert_eq!(names, ["accounting", "baseline steady", "time-outs", "phase length"]);
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(!html.contains("failing-verdicts"));
+    std::fs::remove_dir_all(dir).unwrap();
 }

@@ -1,7 +1,9 @@
 //! `plbbench experiment` on the simulator, through the real binary: one run
 //! folder per cell and repeat, experiment.csv medians that agree with the
 //! runs' own phases.csv, resumption that recomputes only what is missing,
-//! and one-line errors with exit status 2 for a bad grid.
+//! one-line errors with exit status 2 for a bad grid, and runs that fail
+//! their validity checks: named as they finish, counted at the end, exit 1
+//! after everything is written (0 under `--checks warn`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,7 +11,17 @@ use std::process::{Command, Output};
 use std::time::SystemTime;
 
 fn plbbench(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_plbbench")).args(args).output().expect("run plbbench")
+    Command::new(env!("CARGO_BIN_EXE_plbbench")).args(args).args(checks_warn(args)).output().expect("run plbbench")
+}
+
+/// `--checks warn` for a run or an experiment that names no `--checks`:
+/// these tests are not about run validity, and their short (time-scaled)
+/// runs fail the phase-length check.
+fn checks_warn(args: &[&str]) -> &'static [&'static str] {
+    match args.first() {
+        Some(&"run") | Some(&"experiment") if !args.contains(&"--checks") => &["--checks", "warn"],
+        _ => &[],
+    }
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -221,6 +233,49 @@ fn resuming_with_other_settings_is_refused() {
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("--out:") && err.contains("clients"), "{err}");
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+/// At `--time-scale 0.1` every run's phases are shorter than a session.
+#[test]
+fn runs_that_fail_their_checks_are_named_and_counted_and_fail_the_experiment() {
+    let root = tmp("checks");
+    let mut args = vec!["experiment", "--cluster", "sim", "--strategies", "plb,rr", "--mixes", "25:75", "--faults"];
+    args.extend([
+        "cascade",
+        "--repeat",
+        "1",
+        "--T",
+        "100",
+        "--time-scale",
+        "0.1",
+        "-q",
+        "--out",
+        root.to_str().unwrap(),
+    ]);
+    let o = plbbench(&[&args[..], &["--checks", "fail"]].concat());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    for run in ["cascade-25-75-plb-r1", "cascade-25-75-rr-r1"] {
+        assert!(err.contains(&format!("plbbench: {run}: check failed: phase length: ")), "{run}: {err}");
+    }
+    let last = err.trim_end().lines().last().unwrap();
+    assert!(
+        last.starts_with(
+            "plbbench: error: 2 of 2 runs failed their checks (cascade-25-75-plb-r1, cascade-25-75-rr-r1)"
+        ),
+        "{err}"
+    );
+    for f in ["experiment.json", "experiment.csv", "figures.json", "report.html"] {
+        assert!(root.join(f).is_file(), "{f} is written before the exit status");
+    }
+    // The same grid under `--checks warn` keeps both runs (the flag changes
+    // no measurement), warns and exits 0.
+    let o = plbbench(&[&args[..], &["--checks", "warn"]].concat());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("0 to do (2 kept)"), "{err}");
+    assert!(err.contains("plbbench: warning: 2 of 2 runs failed their checks"), "{err}");
     std::fs::remove_dir_all(root).unwrap();
 }
 

@@ -15,11 +15,14 @@
 //! - the Down really breaks open sessions (connection errors on r1 only);
 //! - nothing (process, state directory, cgroup) outlives the run;
 //! - SIGINT and SIGTERM end a run within 10 s with a partial but consistent
-//!   run folder and the same cleanup, and a second signal stops at once.
+//!   run folder and the same cleanup, and a second signal stops at once;
+//! - an overloaded run (sessions time out connecting in the baseline) still
+//!   writes its folder and cleans up, then exits 1 naming each failed
+//!   validity check, with the red banner at the top of report.html.
 //!
 //! Needs PostgreSQL's server binaries (scripts/install-postgres.sh installs
 //! them); set `PLBBENCH_SKIP_PG=1` to skip on a machine without them. The
-//! runs take one at a time (see [`serial`]); together about 4 minutes.
+//! runs take one at a time (see [`serial`]); together about 5 minutes.
 
 mod common;
 use common::have_postgres;
@@ -398,4 +401,59 @@ fn second_signal_stops_at_once() {
     assert_no_query_started_after(&f, notes[0]);
     let late: Vec<&Query> = f.queries.iter().filter(|q| q.end > notes[1] + 0.1).collect();
     assert!(late.is_empty(), "queries recorded after the second signal at {} s: {late:?}", notes[1]);
+}
+
+// ----- (f): an overloaded run fails its validity checks -----
+
+/// T=3000, three times the calibrated load (which already saturates the
+/// cluster), without faults at `--time-scale 0.1`: a 30 s run whose 24 s
+/// baseline is far past the replicas' capacity, so sessions time out
+/// connecting (2 s deadline) from the start. Under `--checks fail` the run
+/// writes its folder and cleans up, then exits 1 with one stderr line per
+/// failed check; summary.json holds the failed verdicts and report.html
+/// opens with the banner. About 45 s.
+#[test]
+fn overloaded_run_fails_its_checks_with_exit_1_and_a_banner() {
+    if !have_postgres() {
+        return;
+    }
+    let _one = serial();
+    let sb = Sandbox::new("overload");
+    let mut run = Running::start(&sb, "none", &["--time-scale", "0.1", "--T", "3000", "--checks", "fail"]);
+    let status = run.finish(RUN_LIMIT);
+    let err = sb.stderr();
+    assert_eq!(status.code(), Some(1), "{err}");
+    let lines: Vec<&str> = err.lines().filter_map(|l| l.strip_prefix("plbbench: check failed: ")).collect();
+    for want in ["baseline steady: ", "time-outs: baseline "] {
+        assert!(lines.iter().any(|l| l.starts_with(want)), "no `{want}` line:\n{err}");
+    }
+    assert!(err.contains("plbbench: error: the run failed "), "{err}");
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(sb.out().join("summary.json")).unwrap()).unwrap();
+    let failed: Vec<&str> = s["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["ok"] == Value::Bool(false))
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(failed.len(), lines.len(), "one stderr line per failed verdict: {failed:?}\n{err}");
+    assert!(failed.contains(&"baseline steady") && failed.contains(&"time-outs"), "{failed:?}");
+    assert_eq!(s["settings"]["checks"], "fail");
+    let timeouts: u64 = s["accounting"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|a| a["aborts"].as_array().unwrap())
+        .filter(|r| r[0] == "connect timeout" || r[0] == "timeout")
+        .map(|r| r[1].as_u64().unwrap())
+        .sum();
+    eprintln!("overloaded run: {timeouts} sessions timed out; failed checks {failed:?}");
+    let html = std::fs::read_to_string(sb.out().join("report.html")).unwrap();
+    let main = html.find("<main>").unwrap() + "<main>".len();
+    let banner = html.find(r#"<div class="banner checks" id="failing-verdicts">"#).expect("no banner");
+    assert_eq!(html[main..banner].trim(), "", "the banner is the top of the page");
+    let banner = &html[banner..banner + html[banner..].find("</div>").unwrap()];
+    assert!(banner.contains(&format!("FAILED {} OF", failed.len())) && banner.contains("<b>time-outs</b>"), "{banner}");
+    let enforced = s["environment"]["cpu_budget_enforced"].as_bool().expect("cpu_budget_enforced");
+    assert_cleaned_up(&sb, &run.seen, enforced);
 }

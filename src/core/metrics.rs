@@ -80,6 +80,8 @@ struct ClassAgg {
     lifetime_sum_s: f64,
     sessions_ended: u64,
     aborted: u64,
+    /// Of `aborted`, sessions that ended on a connect or query time-out.
+    timeouts: u64,
     rejected: u64,
     queued_ms: Histogram<u64>,
 }
@@ -96,6 +98,7 @@ impl ClassAgg {
             lifetime_sum_s: 0.0,
             sessions_ended: 0,
             aborted: 0,
+            timeouts: 0,
             rejected: 0,
             queued_ms: h(),
         }
@@ -179,7 +182,9 @@ pub struct PhaseRow {
     pub aborted_sessions: u64,
     pub cpu_mean: Option<f64>,
     pub cpu_cv: Option<f64>,
-    /// Sessions refused by `--admission modes` (queue full or deadline).
+    /// Sessions refused by `--admission modes` (queue full or deadline);
+    /// 0 in a summary.json from before admission.
+    #[serde(default)]
     pub rejected: u64,
     /// p95 of the wait for admission, ms (`--admission modes` only).
     pub queued_ms_p95: Option<f64>,
@@ -254,6 +259,19 @@ pub struct RunMetrics {
     pub rejection_reasons: Vec<(Class, String, u64)>,
     /// The admission queue's books.
     pub queue: QueueBooks,
+    /// Sessions aborted on a time-out, per phase (in `phases` order); not a
+    /// phases.csv column, the run validity checks read it.
+    pub timeouts: Vec<PhaseTimeouts>,
+}
+
+/// Sessions of one phase that aborted on a connect or query time-out (the
+/// client gave up waiting), per class `[P, F]`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PhaseTimeouts {
+    /// Phase name.
+    pub phase: String,
+    /// Time-outs per class.
+    pub sessions: [u64; 2],
 }
 
 /// Rounds to 4 decimals so files are stable and readable.
@@ -389,6 +407,7 @@ impl Collector {
             }
             Some(reason) => {
                 agg.aborted += 1;
+                agg.timeouts += u64::from(reason.is_timeout());
                 *self.abort_reasons.entry((s.class, reason.to_string())).or_default() += 1;
             }
         }
@@ -589,6 +608,12 @@ impl Collector {
             error_kinds: self.error_kinds.into_iter().map(|((c, r), n)| (c, r, n)).collect(),
             rejection_reasons: self.rejections.into_iter().map(|((c, r), n)| (c, r, n)).collect(),
             queue: self.queue,
+            timeouts: self
+                .phases
+                .iter()
+                .zip(&self.per_phase)
+                .map(|(p, a)| PhaseTimeouts { phase: p.name.clone(), sessions: [a[0].timeouts, a[1].timeouts] })
+                .collect(),
         }
     }
 }
@@ -599,6 +624,12 @@ impl Collector {
 pub struct AccountingError(pub String);
 
 impl RunMetrics {
+    /// Sessions of `class` that aborted on a time-out in `phase` (0 for an
+    /// unknown phase).
+    pub fn timeouts(&self, phase: &str, class: Class) -> u64 {
+        self.timeouts.iter().find(|t| t.phase == phase).map_or(0, |t| t.sessions[class.idx()])
+    }
+
     /// Checks that every session is completed, aborted or in flight, and
     /// that per-class query totals agree across phases, time series and raw
     /// rows (design.md §5, issue: reliability).
@@ -652,6 +683,7 @@ impl RunMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::model::{Action, ConnectError, FaultEvent};
     use crate::core::phases::cut;
 
     fn collector() -> Collector {
@@ -767,6 +799,37 @@ mod tests {
         assert_eq!(m.flow[4][1].started, 1);
         assert_eq!(m.flow[7][0], Flow { started: 0, aborted: 1 }, "only the aborted session counts as a retry");
         m.check_accounting().unwrap();
+    }
+
+    #[test]
+    fn timeouts_are_counted_per_phase_and_class_and_other_aborts_are_not() {
+        let down = FaultEvent { t_s: 15.0, replica: ReplicaId(1), action: Action::Down };
+        let mut c = Collector::new(cut(&[down], 2, 10.0, 5.0, 20.0), 2, 0.5, false);
+        let mut end = |class, end_s, abort| {
+            c.session_started(class, ReplicaId(0), 0.5);
+            c.session_ended(SessionRecord { class, replica: ReplicaId(0), start_s: 0.5, end_s, abort });
+        };
+        end(Class::F, 4.0, Some(AbortReason::Connect(ConnectError::Timeout)));
+        end(Class::F, 12.0, Some(AbortReason::Connect(ConnectError::Timeout)));
+        end(Class::F, 13.0, Some(AbortReason::Query(QueryError::Timeout)));
+        end(Class::F, 13.5, Some(AbortReason::Connect(ConnectError::Refused)));
+        end(Class::P, 14.0, Some(AbortReason::Query(QueryError::ConnectionLost)));
+        end(Class::P, 16.0, Some(AbortReason::Query(QueryError::Timeout)));
+        end(Class::P, 16.5, None);
+        let m = c.finish(&|_, _| true, [0, 0]);
+        m.check_accounting().unwrap();
+        let phases: Vec<&str> = m.timeouts.iter().map(|t| t.phase.as_str()).collect();
+        assert_eq!(phases, ["warmup", "baseline", "down1"]);
+        assert_eq!((m.timeouts("warmup", Class::F), m.timeouts("warmup", Class::P)), (1, 0));
+        assert_eq!(
+            (m.timeouts("baseline", Class::F), m.timeouts("baseline", Class::P)),
+            (2, 0),
+            "refused is no time-out"
+        );
+        assert_eq!((m.timeouts("down1", Class::F), m.timeouts("down1", Class::P)), (0, 1), "connection lost is none");
+        assert_eq!(m.timeouts("rejoin9", Class::F), 0);
+        let base = m.phases.iter().find(|r| r.phase == "baseline" && r.class == Class::F).unwrap();
+        assert_eq!(base.aborted_sessions, 3, "every abort still counts as aborted");
     }
 
     #[test]

@@ -321,6 +321,15 @@ pub enum AbortReason {
     Query(QueryError),
 }
 
+impl AbortReason {
+    /// Whether the client gave up waiting (a connect or query time-out),
+    /// as opposed to the server refusing or breaking the session: the run
+    /// validity checks count these (`core::validity`).
+    pub fn is_timeout(self) -> bool {
+        matches!(self, AbortReason::Connect(ConnectError::Timeout) | AbortReason::Query(QueryError::Timeout))
+    }
+}
+
 impl fmt::Display for AbortReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

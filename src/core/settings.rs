@@ -1,10 +1,12 @@
 //! The closed choices a run is made of besides its strategy and recovery
-//! policy: which cluster runs the sessions, how the router learns of faults
-//! and what stands in front of the strategy. They are domain values, named
+//! policy: which cluster runs the sessions, how the router learns of faults,
+//! what stands in front of the strategy, and what a failed run validity
+//! check does. They are domain values, named
 //! the same on the command line, in summary.json and in folder names, so
 //! they live here with their names, `Display` and `FromStr`; the command
 //! layer adds the flags' help on top.
 
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
@@ -42,6 +44,17 @@ pub enum Admission {
     None,
     /// Degradation modes with priority admission (the workload's `[degradation]`).
     Modes,
+}
+
+/// What a failed run validity check does (design.md §4, `core::validity`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Checks {
+    /// The run still writes its folder, then exits with status 1.
+    #[default]
+    Fail,
+    /// The failed checks are printed as warnings; exit status 0.
+    Warn,
 }
 
 /// A closed set of named values: every value in command-line order, and the
@@ -86,6 +99,16 @@ impl Named for Admission {
     }
 }
 
+impl Named for Checks {
+    const ALL: &'static [Self] = &[Checks::Fail, Checks::Warn];
+    fn name(self) -> &'static str {
+        match self {
+            Checks::Fail => "fail",
+            Checks::Warn => "warn",
+        }
+    }
+}
+
 /// `FromStr` and `Display` through [`Named`]: exact names, as the command
 /// line writes them.
 macro_rules! named_text {
@@ -105,7 +128,7 @@ macro_rules! named_text {
     )*};
 }
 
-named_text!(ClusterKind, Detection, Admission);
+named_text!(ClusterKind, Detection, Admission, Checks);
 
 impl Named for super::router::Strategy {
     const ALL: &'static [Self] = &super::router::Strategy::ALL;
@@ -143,6 +166,10 @@ mod tests {
         }
         for a in Admission::ALL {
             assert_eq!(a.to_string().parse::<Admission>(), Ok(*a));
+        }
+        for c in Checks::ALL {
+            assert_eq!(c.to_string().parse::<Checks>(), Ok(*c));
+            assert_eq!(serde_json::to_value(c).unwrap(), serde_json::json!(c.name()), "summary.json spells it alike");
         }
         assert_eq!(
             "Sim".parse::<ClusterKind>(),

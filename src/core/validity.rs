@@ -142,8 +142,6 @@ pub fn judge(limits: &Limits, baseline_p95: [&[f64]; 2], books: &[PhaseBooks], s
         .filter(|b| b.sessions > 0 && b.timeouts as f64 > limits.timeout_share * b.sessions as f64)
         .map(|b| format!("{} {}: {} of {} sessions", b.phase, b.class, b.timeouts, b.sessions))
         .collect();
-    let mut short: Vec<&str> = books.iter().filter(|b| b.len_s < session_s).map(|b| b.phase.as_str()).collect();
-    short.dedup();
     vec![
         check(CheckKind::BaselineSteady, &unsteady, "no p95 trend and no time-out".into()),
         check(
@@ -151,12 +149,27 @@ pub fn judge(limits: &Limits, baseline_p95: [&[f64]; 2], books: &[PhaseBooks], s
             &timeouts,
             format!("at most {:.0}% of each class's sessions per phase", limits.timeout_share * 100.0),
         ),
-        check(
-            CheckKind::PhaseLength,
-            &short.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-            format!("every phase at least a typical session ({session_s:.1} s)"),
-        ),
+        phase_length(books, session_s),
     ]
+}
+
+/// The phase-length check: every phase at least `session_s` long.
+fn phase_length(books: &[PhaseBooks], session_s: f64) -> Check {
+    let mut short: Vec<String> =
+        books.iter().filter(|b| b.len_s < session_s).map(|b| format!("{} ({:.1} s)", b.phase, b.len_s)).collect();
+    short.dedup();
+    let kind = CheckKind::PhaseLength;
+    match short.is_empty() {
+        true => Check { kind, ok: true, detail: format!("every phase at least a typical session ({session_s:.1} s)") },
+        false => Check {
+            kind,
+            ok: false,
+            detail: format!(
+                "shorter than a typical session ({session_s:.1} s): {}; their figures mix sessions placed before and after the phase's change",
+                short.join(", ")
+            ),
+        },
+    }
 }
 
 fn check(kind: CheckKind, failures: &[String], ok_detail: String) -> Check {
@@ -226,5 +239,8 @@ mod tests {
         assert_eq!(c[0].detail, "F: 3 of 50 sessions timed out");
         assert_eq!(c[1].detail, "baseline F: 3 of 50 sessions; down2 P: 5 of 40 sessions");
         assert_eq!(c[2].kind.to_string(), "phase length");
+        let short = vec![books("down1", Class::P, 10, 0), books("down1", Class::F, 10, 0)];
+        let c = judge(&Limits::default(), [&[], &[]], &short, 31.0);
+        assert!(c[2].detail.starts_with("shorter than a typical session (31.0 s): down1 (30.0 s);"), "{}", c[2].detail);
     }
 }

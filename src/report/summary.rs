@@ -47,6 +47,10 @@ pub struct Settings {
     /// What plb does with a returning replica (`none` or `probation`).
     #[serde(default = "admission_none")]
     pub recovery: String,
+    /// What a failed run validity check did: `fail` (exit status 1) or
+    /// `warn` (`--checks warn`). `fail` in a summary.json from before it.
+    #[serde(default)]
+    pub checks: crate::core::settings::Checks,
 }
 
 fn admission_none() -> String {
@@ -141,5 +145,45 @@ impl Summary {
     /// The phases.csv row of `phase` and `class`, if any.
     pub fn phase(&self, phase: &str, class: Class) -> Option<&PhaseRow> {
         self.phases.iter().find(|r| r.phase == phase && r.class == class)
+    }
+
+    /// The verdicts that do not hold: the run's failed checks.
+    pub fn failed_checks(&self) -> Vec<&Verdict> {
+        self.verdicts.iter().filter(|v| !v.ok).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::{Path, PathBuf};
+
+    fn summaries(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                summaries(&p, out);
+            } else if p.file_name().is_some_and(|n| n == "summary.json") {
+                out.push(p);
+            }
+        }
+    }
+
+    /// Every committed run folder still reads, including those written
+    /// before a field was added (`checks` defaults to `fail`).
+    #[test]
+    fn every_committed_example_summary_still_parses() {
+        let mut files = Vec::new();
+        summaries(&Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/examples"), &mut files);
+        assert!(files.len() >= 10, "found {files:?}");
+        let mut bad = Vec::new();
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            match serde_json::from_str::<Summary>(&text) {
+                Ok(s) => assert_eq!(s.settings.checks, crate::core::settings::Checks::Fail, "{}", f.display()),
+                Err(e) => bad.push(format!("{}: {e}", f.display())),
+            }
+        }
+        assert!(bad.is_empty(), "{} do not parse:\n{}", bad.len(), bad.join("\n"));
     }
 }

@@ -120,13 +120,18 @@ impl<'a> Running<'a> {
         Running::start_with(sb, cluster, faults, args, &[])
     }
 
+    /// Runs get `--checks warn` unless `args` name `--checks`: most tests
+    /// here are not about run validity, and their time-scaled or loaded
+    /// runs fail the phase-length or time-out checks.
     fn start_with(sb: &'a Sandbox, cluster: &str, faults: &str, args: &[&str], env: &[(&str, &str)]) -> Running<'a> {
         let file = |n: &str| Stdio::from(std::fs::File::create(sb.root.join(n)).unwrap());
+        let checks: &[&str] = if args.contains(&"--checks") { &[] } else { &["--checks", "warn"] };
         let child = Command::new(env!("CARGO_BIN_EXE_plbbench"))
             .args(["run", "--cluster", cluster, "--strategy", "plb", "-q", "--faults"])
             .arg(faults)
             .arg("--out")
             .arg(sb.out())
+            .args(checks)
             .args(args)
             .env("PLBBENCH_STATE_DIR", sb.state_dir())
             .envs(env.iter().copied())

@@ -13,6 +13,10 @@
 //! `--seed + k - 1` for every cell (common random numbers across strategies).
 //! Resumption: a run folder with a complete `summary.json` (not `partial`)
 //! and the same settings is kept; anything else in the grid is (re)run.
+//! Validity: each new run's failed checks are printed as it finishes; after
+//! everything is written, the runs that failed a check (kept ones too) are
+//! counted, an exit status 1 under `--checks fail` and a warning under
+//! `--checks warn`.
 
 use super::lists::{closed, parse_list};
 use super::run as run_cmd;
@@ -22,7 +26,7 @@ use crate::core::faults;
 use crate::core::model::Class;
 use crate::core::phases::WARMUP;
 use crate::core::router::Strategy;
-use crate::core::settings::{Admission, Detection};
+use crate::core::settings::{Admission, Checks, Detection};
 use crate::core::watch::Recovery;
 use crate::error::{input, Error};
 use crate::fsutil;
@@ -260,8 +264,9 @@ fn settings_diff(kept: &Settings, wanted: &Settings) -> Vec<String> {
         return vec!["settings".into()];
     };
     let null = serde_json::Value::Null;
+    // `--checks` changes the exit status, not what a run measures.
     b.iter()
-        .filter(|(k, v)| a.get(*k) != Some(*v))
+        .filter(|(k, v)| *k != "checks" && a.get(*k) != Some(*v))
         .map(|(k, v)| format!("{k}: {} vs {v}", a.get(k).unwrap_or(&null)))
         .collect()
 }
@@ -318,7 +323,32 @@ pub fn experiment(args: ExperimentArgs) -> Result<(), Error> {
     if !args.common.quiet {
         print!("{}", render_figures(&figures));
     }
-    Ok(())
+    checks_outcome(&grid, &summaries, args.common.checks)
+}
+
+/// The experiment's end under `--checks`: how many runs (kept ones too)
+/// failed a check, as an [`Error::Checks`] (exit status 1) or, under
+/// `--checks warn`, a warning.
+fn checks_outcome(grid: &[GridRun], summaries: &[(Summary, bool)], checks: Checks) -> Result<(), Error> {
+    let failed: Vec<&str> = grid
+        .iter()
+        .zip(summaries)
+        .filter(|(_, (s, _))| !s.failed_checks().is_empty())
+        .map(|(r, _)| r.name.as_str())
+        .collect();
+    if failed.is_empty() {
+        return Ok(());
+    }
+    let shown = failed.iter().take(10).copied().collect::<Vec<_>>().join(", ");
+    let more = if failed.len() > 10 { ", ..." } else { "" };
+    let msg = format!("{} of {} runs failed their checks ({shown}{more})", failed.len(), grid.len());
+    match checks {
+        Checks::Fail => Err(Error::Checks(format!("{msg}; everything was written (--checks warn exits 0)"))),
+        Checks::Warn => {
+            eprintln!("plbbench: warning: {msg}");
+            Ok(())
+        }
+    }
 }
 
 /// Runs every run that is not done, in grid order, under one progress bar;
@@ -356,6 +386,9 @@ fn execute_pending(
                 signal,
                 detail: format!("run {} is partial; rerun the same command to resume the experiment", run.name),
             });
+        }
+        for line in run_cmd::failed_check_lines(&result.summary, run.plan.checks, Some(&run.name)) {
+            crate::progress::note(&bar, &line);
         }
         out.push((result.summary, false));
         bar.inc(1);
@@ -534,6 +567,18 @@ mod tests {
         );
         assert_eq!(g[0].plan.out, Path::new("/nonexistent/exp/runs/cascade-25-75-plb-r1"));
         assert!(g.iter().all(|r| !r.plan.progress && r.plan.force));
+    }
+
+    #[test]
+    fn a_kept_run_differs_in_checks_only_and_is_still_kept() {
+        let g =
+            grid(&parse(&["--strategies", "plb", "--mixes", "25:75", "--faults", "cascade"]), Path::new("/x")).unwrap();
+        let kept = run_cmd::settings(&g[0].plan);
+        let mut wanted = kept.clone();
+        wanted.checks = Checks::Warn;
+        assert!(settings_diff(&kept, &wanted).is_empty());
+        wanted.clients += 1;
+        assert_eq!(settings_diff(&kept, &wanted), ["clients: 1000 vs 1001"]);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! and every cross-field rule lives there.
 
 use crate::core::router::Strategy;
-use crate::core::settings::{Admission, ClusterKind, Detection, Named};
+use crate::core::settings::{Admission, Checks, ClusterKind, Detection, Named};
 use crate::core::watch::Recovery;
 use clap::builder::PossibleValue;
 use clap::{Args, Parser, ValueEnum};
@@ -115,6 +115,9 @@ pub struct CommonArgs {
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
+    /// What a failed run validity check (baseline steady, time-outs, phase length, stop deadline, generator) does: fail writes the run folder, prints each failed check and exits with status 1; warn prints them as warnings and exits 0.
+    #[arg(long, value_enum, default_value = "fail")]
+    pub checks: Checks,
 }
 
 /// `plbbench run`'s defaults, from its own clap definition (so fields added
@@ -147,7 +150,7 @@ macro_rules! value_enum {
     )*};
 }
 
-value_enum!(Strategy, Recovery, ClusterKind, Detection, Admission);
+value_enum!(Strategy, Recovery, ClusterKind, Detection, Admission, Checks);
 
 impl Help for Strategy {
     fn help(self) -> &'static str {
@@ -201,6 +204,15 @@ impl Help for Admission {
         match self {
             Admission::None => "Every session goes straight to the router",
             Admission::Modes => "Degradation modes with priority admission (the workload's `[degradation]`)",
+        }
+    }
+}
+
+impl Help for Checks {
+    fn help(self) -> &'static str {
+        match self {
+            Checks::Fail => "Write the run folder, print each failed check, exit with status 1",
+            Checks::Warn => "Print each failed check as a warning, exit 0 (the report still shows them)",
         }
     }
 }

@@ -1,14 +1,16 @@
 //! `plbbench run`: drives a validated plan through its cluster backend,
-//! checks the accounting, and writes the run folder. The backends differ only
-//! in how sessions execute; routing, metrics and files are shared. The
-//! flags are in [`args`], their validation into a [`plan::Plan`] in
-//! [`plan`], and the glue that hands a plan to the simulator or a real
-//! cluster in [`backend`].
+//! checks the accounting, judges the run's validity (design.md §4), and
+//! writes the run folder. The backends differ only in how sessions execute;
+//! routing, metrics and files are shared. The flags are in [`args`], their
+//! validation into a [`plan::Plan`] in [`plan`], and the glue that hands a
+//! plan to the simulator or a real cluster in [`launch`].
 
 use crate::core::metrics::{Collector, RunMetrics};
 use crate::core::model::{Class, EventKind};
 use crate::core::outcome::{BackendOutcome, Verdict};
-use crate::core::settings::{Admission, Detection, Named};
+use crate::core::phases::{BASELINE, WARMUP};
+use crate::core::settings::{Admission, Checks, Detection, Named};
+use crate::core::validity::{self, Limits, PhaseBooks};
 use crate::error::Error;
 use crate::report::files::{write_run, RunFiles};
 use crate::report::summary::{Accounting, Environment, Settings, Summary};
@@ -23,36 +25,103 @@ pub mod launch;
 pub mod plan;
 
 /// `plbbench run`: validates the flags, runs, writes the folder, refreshes
-/// the archive and prints the headline; a run stopped by a signal is an
-/// [`Error::Interrupted`] after its partial folder was written.
+/// the archive and prints the headline and each failed check. A run stopped
+/// by a signal is an [`Error::Interrupted`] after its partial folder was
+/// written; a complete run that failed a check is an [`Error::Checks`]
+/// (exit status 1) unless `--checks warn`.
 pub fn run(args: RunArgs) -> Result<(), Error> {
     let plan = Plan::new(args)?;
     let out = execute(&plan)?;
     eprintln!("wrote {}", plan.out.display());
     crate::commands::archive::refresh_after(&plan.out);
     print_headline(&out.summary);
-    match out.summary.interrupted_by {
-        Some(signal) => {
-            Err(Error::Interrupted { signal, detail: format!("partial run folder written to {}", plan.out.display()) })
-        }
-        None => Ok(()),
+    for line in failed_check_lines(&out.summary, plan.checks, None) {
+        eprintln!("{line}");
+    }
+    if let Some(signal) = out.summary.interrupted_by {
+        return Err(Error::Interrupted {
+            signal,
+            detail: format!("partial run folder written to {}", plan.out.display()),
+        });
+    }
+    let (failed, total) = (out.summary.failed_checks().len(), out.summary.verdicts.len());
+    match (failed, plan.checks) {
+        (0, _) | (_, Checks::Warn) => Ok(()),
+        (_, Checks::Fail) => Err(Error::Checks(format!(
+            "the run failed {failed} of {total} checks; its folder was written to {} (--checks warn exits 0)",
+            plan.out.display()
+        ))),
     }
 }
 
-/// One line per non-warmup phase and class on stdout.
+/// One stderr line per failed check of a run: `plbbench: check failed:
+/// NAME: DETAIL`, `plbbench: warning: check failed: ...` under `--checks
+/// warn`, with `WHO: ` after `plbbench: ` when `who` names the run (an
+/// experiment's cell).
+pub fn failed_check_lines(s: &Summary, checks: Checks, who: Option<&str>) -> Vec<String> {
+    let who = who.map_or(String::new(), |w| format!("{w}: "));
+    let level = match checks {
+        Checks::Fail => "",
+        Checks::Warn => "warning: ",
+    };
+    s.failed_checks().iter().map(|v| format!("plbbench: {who}{level}check failed: {}: {}", v.name, v.detail)).collect()
+}
+
+/// The terminal summary on stdout: what ran, one line per non-warmup phase
+/// and class, the aborted sessions per class and the checks.
 fn print_headline(s: &Summary) {
-    println!("phase     class  goodput_qps  retention  p95_ms");
-    for r in s.phases.iter().filter(|r| r.phase != crate::core::phases::WARMUP) {
+    print!("{}", headline(s));
+}
+
+/// [`print_headline`]'s text.
+fn headline(s: &Summary) -> String {
+    let st = &s.settings;
+    let scale = if st.time_scale == 1.0 { String::new() } else { format!(", time scale {}", st.time_scale) };
+    let mut out = format!(
+        "{} · mix {} · T={} · faults {} · {} cluster{scale}\n",
+        st.strategy, st.mix, st.clients, st.faults, st.cluster
+    );
+    out.push_str("phase     class  goodput_qps  retention  p95_ms\n");
+    for r in s.phases.iter().filter(|r| r.phase != WARMUP) {
         let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
-        println!(
-            "{:<9} {:<6} {:>11.2}  {:>9}  {:>6}",
+        out.push_str(&format!(
+            "{:<9} {:<6} {:>11.2}  {:>9}  {:>6}\n",
             r.phase,
             r.class.to_string(),
             r.goodput_qps,
             f(r.retention),
             f(r.p95_ms)
-        );
+        ));
     }
+    out.push_str(&format!("aborted sessions: {}\n", aborted_line(&s.accounting)));
+    out.push_str(&checks_line(s));
+    out.push('\n');
+    out
+}
+
+/// `P 12 (connect timeout 10, connection lost 2), F 0`.
+fn aborted_line(accounting: &[Accounting]) -> String {
+    let class = |a: &Accounting| {
+        let total: u64 = a.aborts.iter().map(|r| r.1).sum();
+        let reasons: Vec<String> = a.aborts.iter().map(|(why, n)| format!("{why} {n}")).collect();
+        match total {
+            0 => format!("{} 0", a.class),
+            _ => format!("{} {total} ({})", a.class, reasons.join(", ")),
+        }
+    };
+    accounting.iter().map(class).collect::<Vec<_>>().join(", ")
+}
+
+/// `checks: all N passed` or `checks: K of N FAILED (names)`.
+fn checks_line(s: &Summary) -> String {
+    let failed = s.failed_checks();
+    let n = s.verdicts.len();
+    if failed.is_empty() {
+        return format!("checks: all {n} passed");
+    }
+    let names: Vec<&str> = failed.iter().map(|v| v.name.as_str()).collect();
+    let warn = if s.settings.checks == Checks::Warn { ", downgraded to warnings" } else { "" };
+    format!("checks: {} of {n} FAILED ({}){warn}", failed.len(), names.join(", "))
 }
 
 /// The result of one run.
@@ -115,6 +184,7 @@ pub fn settings(plan: &Plan) -> Settings {
         detection: detection(plan),
         admission: plan.admission.name().into(),
         recovery: plan.recovery.name().into(),
+        checks: plan.checks,
     }
 }
 
@@ -167,7 +237,7 @@ fn summarise(
         ok: true,
         detail: "every session completed, aborted or in flight; query totals agree across files".into(),
     }];
-    verdicts.extend(phase_length_verdict(plan));
+    verdicts.extend(validity_verdicts(plan, m));
     verdicts.extend(degradation_verdict(plan, m));
     verdicts.extend(outcome.verdicts.iter().cloned());
     Summary {
@@ -222,25 +292,45 @@ fn degradation_verdict(plan: &Plan, m: &RunMetrics) -> Option<Verdict> {
     })
 }
 
-/// Warns when a phase is shorter than a typical session (time-scaled runs).
-fn phase_length_verdict(plan: &Plan) -> Option<Verdict> {
+/// The run validity checks (design.md §4, [`validity::judge`]) as
+/// verdicts: baseline steady, time-outs, phase length.
+fn validity_verdicts(plan: &Plan, m: &RunMetrics) -> Vec<Verdict> {
+    let p95 = Class::ALL.map(|c| baseline_p95(m, c));
+    let checks = validity::judge(&Limits::default(), [&p95[0], &p95[1]], &phase_books(m), typical_session_s(plan));
+    checks.into_iter().map(|c| Verdict { name: c.kind.to_string(), ok: c.ok, detail: c.detail }).collect()
+}
+
+/// The books of every non-warmup phase and class: sessions ended there
+/// (completed or aborted) and those aborted on a time-out.
+fn phase_books(m: &RunMetrics) -> Vec<PhaseBooks> {
+    m.phases
+        .iter()
+        .filter(|r| r.phase != WARMUP)
+        .map(|r| PhaseBooks {
+            phase: r.phase.clone(),
+            class: r.class,
+            len_s: r.end_s - r.start_s,
+            sessions: r.sessions_ended + r.aborted_sessions,
+            timeouts: m.timeouts(&r.phase, r.class),
+        })
+        .collect()
+}
+
+/// The per-second p95 of `class` over the seconds wholly inside the
+/// baseline phase, seconds with no completed query left out.
+fn baseline_p95(m: &RunMetrics, class: Class) -> Vec<f64> {
+    let Some(base) = m.phases.iter().find(|r| r.phase == BASELINE) else { return Vec::new() };
+    let inside = |t: u32| f64::from(t) >= base.start_s && f64::from(t) + 1.0 <= base.end_s;
+    m.timeseries.iter().filter(|r| r.class == class && inside(r.t_s)).filter_map(|r| r.p95_ms).collect()
+}
+
+/// A typical session's length, seconds: the think times between its mean
+/// number of queries (queries take more; this is the floor). A phase
+/// shorter than this mixes sessions placed before and after its change.
+fn typical_session_s(plan: &Plan) -> f64 {
     let s = &plan.workload.session;
     let n = f64::from(s.queries_min + s.queries_max) / 2.0;
-    let session_s = (n - 1.0) * s.think_ms / 1000.0;
-    let short: Vec<_> = plan
-        .phases
-        .iter()
-        .filter(|p| p.name != crate::core::phases::WARMUP && p.len_s() < session_s)
-        .map(|p| format!("{} ({:.1} s)", p.name, p.len_s()))
-        .collect();
-    (!short.is_empty()).then(|| Verdict {
-        name: "phase length".into(),
-        ok: false,
-        detail: format!(
-            "phases shorter than a typical session ({session_s:.1} s): {}; their figures mix pre- and post-change sessions and are noisier",
-            short.join(", ")
-        ),
-    })
+    (n - 1.0) * s.think_ms / 1000.0
 }
 
 #[derive(Serialize)]

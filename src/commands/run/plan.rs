@@ -12,7 +12,7 @@ use crate::core::model::{Action, FaultEvent};
 use crate::core::phases::{self, Phase};
 use crate::core::roles::RoleVector;
 use crate::core::router::{RouterConfig, Strategy};
-use crate::core::settings::{Admission, ClusterKind, Detection, Named};
+use crate::core::settings::{Admission, Checks, ClusterKind, Detection, Named};
 use crate::core::watch::{Recovery, Watch};
 use crate::core::workload::Workload;
 use crate::error::{input, Error};
@@ -115,6 +115,8 @@ pub struct Plan {
     pub force: bool,
     /// Where the run folder goes.
     pub out: PathBuf,
+    /// What a failed run validity check does.
+    pub checks: Checks,
 }
 
 /// Parses `P:F` percentages summing to 100; returns P.
@@ -257,6 +259,7 @@ impl Plan {
             progress: !c.quiet,
             force: args.force,
             out,
+            checks: c.checks,
         })
     }
 

@@ -9,6 +9,7 @@ use crate::core::metrics::{EventRow, PhaseRow, ReplicaCpu, RunMetrics};
 use crate::core::model::{Class, EventKind, ReplicaId};
 use crate::core::outcome::Verdict;
 use crate::core::phases::WARMUP;
+use crate::core::settings::Checks;
 use crate::report::charts::{self, sig3, ChartError, Frame};
 use crate::report::summary::{Accounting, Summary};
 use minijinja::{AutoEscape, Environment, UndefinedBehavior, Value};
@@ -48,7 +49,10 @@ struct Page {
     partial: bool,
     /// The saturation guard's finding when the generator was the bottleneck.
     generator_saturated: Option<String>,
+    /// The failed checks: the red banner at the top of the page.
     failing: Vec<Verdict>,
+    /// `--checks warn`: the banner says the failures were only warnings.
+    checks_downgraded: bool,
     colours: Colours,
     settings: Vec<Item>,
     environment: Vec<Item>,
@@ -266,7 +270,8 @@ impl Page {
             title: title(s),
             partial: s.partial,
             generator_saturated: s.generator.as_ref().filter(|g| g.saturated).map(|g| g.detail()),
-            failing: s.verdicts.iter().filter(|v| !v.ok).cloned().collect(),
+            failing: s.failed_checks().into_iter().cloned().collect(),
+            checks_downgraded: s.settings.checks == Checks::Warn,
             colours: Colours::new(),
             settings: settings(s),
             environment: environment(s),
@@ -355,8 +360,17 @@ fn settings(s: &Summary) -> Vec<Item> {
         item("seed", st.seed.to_string()),
         item("time scale", format!("{}×", st.time_scale)),
         item("run length (scaled)", format!("{} s", secs(st.duration_s))),
+        item("a failed check", checks_setting(st.checks)),
     ]);
     v
+}
+
+/// What `--checks` made of a failed check.
+fn checks_setting(c: Checks) -> &'static str {
+    match c {
+        Checks::Fail => "fails the run (exit status 1)",
+        Checks::Warn => "is a warning (--checks warn)",
+    }
 }
 
 fn environment(s: &Summary) -> Vec<Item> {

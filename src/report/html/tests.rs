@@ -115,6 +115,7 @@ fn synthetic(partial: bool, workload: &str) -> (Summary, RunMetrics) {
         error_kinds: vec![(Class::P, "connection".into(), 3), (Class::F, "connection".into(), 3)],
         rejection_reasons: vec![],
         queue: Default::default(),
+        timeouts: Vec::new(),
     };
     let summary = Summary {
         partial,
@@ -136,6 +137,7 @@ fn synthetic(partial: bool, workload: &str) -> (Summary, RunMetrics) {
             detection: "probe".into(),
             admission: "none".into(),
             recovery: "none".into(),
+            checks: Default::default(),
         },
         environment: Environment {
             plbbench_version: "0.1.0".into(),
@@ -269,15 +271,33 @@ fn partial_banner_only_when_partial() {
 #[test]
 fn failing_checks_and_unenforced_budget_are_loud() {
     let html = page(false);
-    let warn = &html[html.find(r#"id="failing-verdicts""#).expect("amber list")..];
-    let warn = &warn[..warn.find("</div>").unwrap()];
-    assert!(warn.contains("saturation") && !warn.contains("accounting"));
+    let banner = &html[html.find(r#"id="failing-verdicts""#).expect("red banner")..];
+    let banner = &banner[..banner.find("</div>").unwrap()];
+    assert!(banner.contains("saturation") && !banner.contains("accounting"));
+    assert!(banner.contains("FAILED 1 OF 2 CHECKS: its numbers do not measure what they claim"), "{banner}");
+    assert!(!banner.contains("downgraded"));
     assert!(html.contains("NOT ENFORCED"));
     let (mut s, m) = synthetic(false, "w");
     s.environment.cpu_budget_enforced = true;
     s.verdicts.retain(|v| v.ok);
     let html = render(&s, &m).unwrap();
     assert!(!html.contains("NOT ENFORCED") && !html.contains("failing-verdicts"));
+}
+
+#[test]
+fn the_failed_checks_banner_is_the_top_of_the_page_and_says_when_downgraded() {
+    let (mut s, m) = synthetic(true, "w");
+    let html = render(&s, &m).unwrap();
+    let at = |needle: &str| html.find(needle).unwrap_or_else(|| panic!("no {needle}"));
+    let banner = at(r#"<div class="banner checks" id="failing-verdicts">"#);
+    assert_eq!(html[at("<main>") + "<main>".len()..banner].trim(), "", "the first thing on the page");
+    for below in ["<header>", "<h1>", "partial-banner", r#"id="setup""#, "<h2>Settings</h2>"] {
+        assert!(banner < at(below), "the banner is below {below}");
+    }
+    s.settings.checks = crate::core::settings::Checks::Warn;
+    let html = render(&s, &m).unwrap();
+    let banner = &html[html.find(r#"id="failing-verdicts""#).unwrap()..];
+    assert!(banner[..banner.find("</div>").unwrap()].contains("downgraded to warnings"), "{banner}");
 }
 
 #[test]
