@@ -28,7 +28,7 @@ mod common;
 use common::have_postgres;
 use common::run::*;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -367,7 +367,9 @@ fn assert_no_query_started_after(f: &Folder, t: f64) {
 
 #[test]
 fn sigint_mid_run_writes_a_partial_folder_and_cleans_up() {
-    let Some((f, notes)) = interrupted("sigint", "premium-fault", &[(Duration::from_secs(30), Signal::SIGINT)]) else { return };
+    let Some((f, notes)) = interrupted("sigint", "premium-fault", &[(Duration::from_secs(30), Signal::SIGINT)]) else {
+        return;
+    };
     let t = notes[0];
     assert!(t > 25.0 && t < 40.0, "signal at {t} s in the run's clock");
     assert_no_query_started_after(&f, t);
@@ -383,7 +385,10 @@ fn sigint_mid_run_writes_a_partial_folder_and_cleans_up() {
 
 #[test]
 fn sigterm_mid_run_writes_a_partial_folder_and_cleans_up() {
-    let Some((f, notes)) = interrupted("sigterm", "premium-fault", &[(Duration::from_secs(30), Signal::SIGTERM)]) else { return };
+    let Some((f, notes)) = interrupted("sigterm", "premium-fault", &[(Duration::from_secs(30), Signal::SIGTERM)])
+    else {
+        return;
+    };
     assert_no_query_started_after(&f, notes[0]);
     let late: Vec<&Query> = f.queries.iter().filter(|q| q.end > notes[0] + DRAIN_S + 1e-6).collect();
     assert!(late.is_empty(), "queries recorded after the drain: {late:?}");
@@ -405,13 +410,14 @@ fn second_signal_stops_at_once() {
 
 // ----- (f): an overloaded run fails its validity checks -----
 
-/// T=3000, three times the calibrated load (which already saturates the
-/// cluster), without faults at `--time-scale 0.1`: a 30 s run whose 24 s
-/// baseline is far past the replicas' capacity, so sessions time out
-/// connecting (2 s deadline) from the start. Under `--checks fail` the run
-/// writes its folder and cleans up, then exits 1 with one stderr line per
-/// failed check; summary.json holds the failed verdicts and report.html
-/// opens with the banner. About 45 s.
+/// T=3000 on replicas of a third of the default budget (`--cpus 0.1`):
+/// about three times what the cluster can serve, without faults, at
+/// `--time-scale 0.1` (a 30 s run, 24 s of baseline), with the default
+/// workload's deadlines cut to 1 s to connect and 2 s per query so that
+/// the growing queues show as time-outs within the run. Under `--checks
+/// fail` the run writes its folder and cleans up, then exits 1 with one
+/// stderr line per failed check; summary.json holds the failed verdicts
+/// and report.html opens with the banner. About 45 s.
 #[test]
 fn overloaded_run_fails_its_checks_with_exit_1_and_a_banner() {
     if !have_postgres() {
@@ -419,7 +425,14 @@ fn overloaded_run_fails_its_checks_with_exit_1_and_a_banner() {
     }
     let _one = serial();
     let sb = Sandbox::new("overload");
-    let mut run = Running::start(&sb, "none", &["--time-scale", "0.1", "--T", "3000", "--checks", "fail"]);
+    let workload = sb.root.join("short-deadlines.toml");
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/analytics.toml")).unwrap();
+    let short = text.replace("connect_timeout_ms = 10000", "connect_timeout_ms = 1000");
+    let short = short.replace("query_timeout_ms = 30000", "query_timeout_ms = 2000");
+    assert_ne!(short, text, "the default workload's deadlines moved");
+    std::fs::write(&workload, short).unwrap();
+    let args = ["--time-scale", "0.1", "--T", "3000", "--cpus", "0.1", "--checks", "fail"];
+    let mut run = Running::start(&sb, "none", &[&args[..], &["--workload", workload.to_str().unwrap()]].concat());
     let status = run.finish(RUN_LIMIT);
     let err = sb.stderr();
     assert_eq!(status.code(), Some(1), "{err}");

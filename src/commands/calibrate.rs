@@ -50,11 +50,12 @@ pub struct CalibrateArgs {
 impl CalibrateArgs {
     /// The concurrency levels, checked (one line naming the flag, exit 2).
     fn levels(&self) -> Result<Vec<u32>, Error> {
-        let levels = parse_list("--connections", &self.connections, |s| {
-            s.trim().parse::<u32>().ok().filter(|n| (1..=256).contains(n)).ok_or_else(|| {
-                input("--connections", format!("`{s}` is not a number of connections from 1 to 256"))
-            })
-        })?;
+        let levels =
+            parse_list("--connections", &self.connections, |s| {
+                s.trim().parse::<u32>().ok().filter(|n| (1..=256).contains(n)).ok_or_else(|| {
+                    input("--connections", format!("`{s}` is not a number of connections from 1 to 256"))
+                })
+            })?;
         if !(self.cpus.is_finite() && self.cpus > 0.0) {
             return Err(input("--cpus", format!("must be a positive number of cores, got {}", self.cpus)));
         }

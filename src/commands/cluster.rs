@@ -322,4 +322,3 @@ pub fn cluster(args: ClusterArgs) -> Result<(), Error> {
         }
     }
 }
-

@@ -180,7 +180,10 @@ mod tests {
         assert!(matches!(Calibration::parse(&newer), Err(CalibrationError::Version(2))));
         let mut w = Workload::parse(DEFAULT).unwrap();
         w.query[0].name = "other".into();
-        assert_eq!(c.apply(&mut w).unwrap_err().to_string(), "field `template`: no figure for the workload's template \"other\"");
+        assert_eq!(
+            c.apply(&mut w).unwrap_err().to_string(),
+            "field `template`: no figure for the workload's template \"other\""
+        );
         let unknown = format!("bogus = 1\n{FILE}");
         assert!(Calibration::parse(&unknown).unwrap_err().to_string().contains("bogus"));
     }

@@ -412,7 +412,13 @@ mod tests {
         assert_eq!(w.router.theta, None, "the default workload derives theta");
         // One class, no CPU time: a client is in a session for (n-1) thinks
         // out of between + (n-1) thinks.
-        w.session = SessionShape { queries_min: 11, queries_max: 11, think_ms: 1000.0, between_ms: 30_000.0, connect_cpu_ms: 0.0 };
+        w.session = SessionShape {
+            queries_min: 11,
+            queries_max: 11,
+            think_ms: 1000.0,
+            between_ms: 30_000.0,
+            connect_cpu_ms: 0.0,
+        };
         for q in &mut w.query {
             q.cpu_ms = 1e-9;
         }

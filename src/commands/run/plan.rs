@@ -199,7 +199,9 @@ impl Plan {
         }
         let mut workload = load_workload(c.workload.as_deref())?;
         if let Some(path) = &c.calibration {
-            let bad = |e: crate::core::calibration::CalibrationError| input("--calibration", format!("{}: {e}", path.display()));
+            let bad = |e: crate::core::calibration::CalibrationError| {
+                input("--calibration", format!("{}: {e}", path.display()))
+            };
             let cal = crate::core::calibration::Calibration::parse(&read_text("--calibration", path)?).map_err(bad)?;
             cal.apply(&mut workload).map_err(bad)?;
         }
