@@ -26,6 +26,7 @@ pgbench=$(command -v pgbench || true)
 cargo build --release --locked -q
 bin=$PWD/target/release/plbbench
 work=$(mktemp -d /tmp/plbbench-calibrate-pgbench.XXXXXX)
+chmod 755 "$work" # the servers run as an unprivileged user
 export PLBBENCH_STATE_DIR=$work/local
 cleanup() {
     "$bin" cluster down >/dev/null 2>&1 || true
