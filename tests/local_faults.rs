@@ -33,7 +33,7 @@ fn a_paused_replica_never_hangs_the_run_and_secrets_stay_secret() {
     let sb = Sandbox::new("pause");
     let faults = sb.root.join("pause.toml");
     std::fs::write(&faults, PAUSE_R2).unwrap();
-    let mut run = Running::start(&sb, faults.to_str().unwrap(), &["--time-scale", "0.1", "--raw"]);
+    let mut run = Running::start(&sb, faults.to_str().unwrap(), &["--time-scale", "0.1", "--raw", "--T", "3000"]);
     // Until every replica listens (a postmaster runs a moment before).
     let listening = |o: &Observed| {
         o.replicas_up.is_some() && o.ports.len() == 5 && o.ports.iter().all(|p| !listeners(*p).is_empty())
@@ -85,7 +85,7 @@ fn a_slow_replica_runs_on_its_fraction_of_the_budget_until_restore() {
     let sb = Sandbox::new("slow");
     let faults = sb.root.join("slow.toml");
     std::fs::write(&faults, SLOW_R4).unwrap();
-    let mut run = Running::start(&sb, faults.to_str().unwrap(), &["--time-scale", "0.1", "--raw"]);
+    let mut run = Running::start(&sb, faults.to_str().unwrap(), &["--time-scale", "0.1", "--raw", "--T", "3000"]);
     let status = run.finish(RUN_LIMIT);
     assert!(status.success(), "run failed ({status}):\n{}", sb.stderr());
     let f = Folder::read(&sb.out());
