@@ -309,16 +309,18 @@ fn fault_run_leaves_nothing_behind() {
 /// 18-24 s, Down r1 at 24 s, Rejoin at 42 s; 0.2 rather than 0.1 so that a
 /// signal at mid-run lands after the Down with whole phases before it), sends
 /// `signals` (`(delay, signal)`: the first delay counted from when all five
-/// replicas run, the next from the previous signal), and checks exit time,
+/// replicas run, the next from the previous signal), with `extra` run
+/// arguments, and checks exit time,
 /// the partial folder and cleanup. Returns the folder and each signal's
 /// note time in the run's clock.
-fn interrupted(tag: &str, preset: &str, signals: &[(Duration, Signal)]) -> Option<(Folder, Vec<f64>)> {
+fn interrupted(tag: &str, preset: &str, extra: &[&str], signals: &[(Duration, Signal)]) -> Option<(Folder, Vec<f64>)> {
     if !have_postgres() {
         return None;
     }
     let _one = serial();
     let sb = Sandbox::new(tag);
-    let mut run = Running::start(&sb, preset, &["--time-scale", "0.2", "--raw"]);
+    let args: Vec<&str> = ["--time-scale", "0.2", "--raw"].iter().chain(extra).copied().collect();
+    let mut run = Running::start(&sb, preset, &args);
     if let Some(st) = run.poll(RUN_LIMIT, |o| o.replicas_up.is_some()) {
         panic!("run exited ({st}) before its cluster was up:\n{}", sb.stderr());
     }
@@ -367,7 +369,12 @@ fn assert_no_query_started_after(f: &Folder, t: f64) {
 
 #[test]
 fn sigint_mid_run_writes_a_partial_folder_and_cleans_up() {
-    let Some((f, notes)) = interrupted("sigint", "premium-fault", &[(Duration::from_secs(30), Signal::SIGINT)]) else {
+    // The default workload's queries take milliseconds, so few would be in
+    // flight at the signal: on a third of the default CPU budget (`--cpus
+    // 0.1`, about the cluster's capacity at T=1000) each replica is
+    // throttled most of every 100 ms period and queries wait in flight.
+    let signals = [(Duration::from_secs(30), Signal::SIGINT)];
+    let Some((f, notes)) = interrupted("sigint", "premium-fault", &["--cpus", "0.1"], &signals) else {
         return;
     };
     let t = notes[0];
@@ -385,7 +392,7 @@ fn sigint_mid_run_writes_a_partial_folder_and_cleans_up() {
 
 #[test]
 fn sigterm_mid_run_writes_a_partial_folder_and_cleans_up() {
-    let Some((f, notes)) = interrupted("sigterm", "premium-fault", &[(Duration::from_secs(30), Signal::SIGTERM)])
+    let Some((f, notes)) = interrupted("sigterm", "premium-fault", &[], &[(Duration::from_secs(30), Signal::SIGTERM)])
     else {
         return;
     };
@@ -402,7 +409,7 @@ fn second_signal_stops_at_once() {
     // (gray-pause: SIGSTOP at 24 s, SIGCONT at 42 s) when the first signal
     // comes at about 30 s, and its sessions' queries hang through the drain.
     let signals = [(Duration::from_secs(30), Signal::SIGINT), (Duration::from_millis(300), Signal::SIGTERM)];
-    let Some((f, notes)) = interrupted("twice", "gray-pause", &signals) else { return };
+    let Some((f, notes)) = interrupted("twice", "gray-pause", &[], &signals) else { return };
     assert_no_query_started_after(&f, notes[0]);
     let late: Vec<&Query> = f.queries.iter().filter(|q| q.end > notes[1] + 0.1).collect();
     assert!(late.is_empty(), "queries recorded after the second signal at {} s: {late:?}", notes[1]);
