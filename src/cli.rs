@@ -3,6 +3,7 @@
 //! (`commands::*`), so this module only names them; `main.rs` parses, and
 //! `plbbench::run` dispatches.
 
+use crate::commands::agreement::AgreementArgs;
 use crate::commands::archive::ArchiveArgs;
 use crate::commands::bench::BenchArgs;
 use crate::commands::calibrate::CalibrateArgs;
@@ -34,6 +35,8 @@ pub enum Command {
     Cluster(ClusterArgs),
     /// Run a grid of strategies x mixes x fault presets x repeats; write medians, quartiles and the paper's figures.
     Experiment(ExperimentArgs),
+    /// Run the same grid on the simulator and on a real backend; write the sim-vs-real table (goodput, p95) and its agreement fractions.
+    Agreement(AgreementArgs),
     /// Measure one replica's costs under its CPU quota (queries at several concurrencies, connection set-up) into a calibration file.
     Calibrate(CalibrateArgs),
     /// Compare run or experiment folders side by side; with --threshold, exit 1 on a regression.

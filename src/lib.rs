@@ -32,6 +32,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Roles(args) => roles::roles(args),
         Command::Experiment(args) => experiment::experiment(args),
         Command::Cluster(args) => cluster_cmd::cluster(args),
+        Command::Agreement(args) => crate::commands::agreement::agreement(args),
         Command::Calibrate(args) => crate::commands::calibrate::calibrate(args),
         Command::Compare(args) => compare::compare(args),
         Command::Archive(args) => archive::archive(args),

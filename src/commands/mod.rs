@@ -4,6 +4,7 @@
 //! below this layer sees clap or imports from here; `cli.rs` above only
 //! names the subcommands and `plbbench::run` dispatches to them.
 
+pub mod agreement;
 pub mod archive;
 pub mod bench;
 pub mod calibrate;

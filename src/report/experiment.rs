@@ -40,6 +40,9 @@ pub struct CellRow {
     pub mix: String,
     /// Strategy.
     pub strategy: String,
+    /// Offered load (`--loads`), when the experiment has that axis.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<f64>,
     /// Phase name (warm-up excluded).
     pub phase: String,
     /// Survivors K+ in the phase.
@@ -141,7 +144,14 @@ pub struct ExperimentFile {
 /// value is an empty field, numbers at full precision.
 pub fn experiment_csv(rows: &[CellRow]) -> anyhow::Result<String> {
     let mut w = csv::Writer::from_writer(Vec::new());
-    w.write_record(csv_header())?;
+    // The load column is there only when the experiment has that axis
+    // (`--loads`), last, so the columns before it never move.
+    let loads = rows.iter().any(|r| r.load.is_some());
+    let mut header = csv_header();
+    if loads {
+        header.push("load".into());
+    }
+    w.write_record(header)?;
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
     for r in rows {
         let mut rec = vec![
@@ -156,6 +166,9 @@ pub fn experiment_csv(rows: &[CellRow]) -> anyhow::Result<String> {
         for m in METRICS {
             let s = r.spread(m);
             rec.extend([opt(s.median), opt(s.q1), opt(s.q3), s.n.to_string()]);
+        }
+        if loads {
+            rec.push(opt(r.load));
         }
         w.write_record(&rec)?;
     }

@@ -17,6 +17,10 @@ pub struct Settings {
     pub mix: String,
     /// Clients T.
     pub clients: u32,
+    /// Offered load (`--load`: CPU offered / the cluster's K x C), when
+    /// the run set it; absent otherwise and in files from before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<f64>,
     /// Replicas K.
     pub replicas: usize,
     /// PLB reference split `P,M,F`.

@@ -210,7 +210,8 @@ fn cell_of(r: &CellRow) -> Cell {
         }
     }
     Cell {
-        sel: Selection { strategy: r.strategy.clone(), mix: r.mix.clone(), faults: r.fault.clone() },
+        // Cells of an experiment with a load axis stay apart: `plb@load0.8`.
+        sel: Selection { strategy: with_load(&r.strategy, r.load), mix: r.mix.clone(), faults: r.fault.clone() },
         phase: r.phase.clone(),
         survivors: r.survivors,
         class: r.class,
@@ -232,6 +233,14 @@ fn experiment_csv(dir: &Path, name: &str) -> Result<Folder, Error> {
     }
     let info = Info { runs: 0, cluster: "?".into(), source: "experiment.csv".into(), ..Info::default() };
     Ok(experiment_folder(name, info, &cells))
+}
+
+/// A strategy label with the offered load of its cell, if any.
+fn with_load(strategy: &str, load: Option<f64>) -> String {
+    match load {
+        Some(l) => format!("{strategy}@load{l}"),
+        None => strategy.to_string(),
+    }
 }
 
 fn csv_row(row: &HashMap<String, String>) -> Result<CellRow, String> {
@@ -264,6 +273,7 @@ fn csv_row(row: &HashMap<String, String>) -> Result<CellRow, String> {
         fault: text("fault")?,
         mix: text("mix")?,
         strategy: text("strategy")?,
+        load: num("load")?,
         phase: text("phase")?,
         survivors: num("survivors")?.unwrap_or(0.0) as usize,
         class,

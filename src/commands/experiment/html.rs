@@ -10,7 +10,7 @@
 use super::figures::{Figures, Rq2, Rq3, CASCADE_PHASES};
 use crate::core::model::Class;
 use crate::report::charts::{self, sig3, BarPanel, BarSeries};
-use crate::report::experiment::{ExperimentFile, RunEntry};
+use crate::report::experiment::{CellRow, ExperimentFile, RunEntry};
 use crate::report::html::{Colours, ReportError, STYLE};
 use crate::stats::Spread;
 use minijinja::{AutoEscape, Environment, UndefinedBehavior, Value};
@@ -171,6 +171,7 @@ impl Page {
         }
         figures.extend(fig5(file, f)?);
         figures.extend(fig6(file, f)?);
+        figures.extend(load_curves(file)?);
         Ok(Page {
             colours: Colours::new(),
             title,
@@ -264,6 +265,62 @@ fn fig4(file: &ExperimentFile, m: &Rq2, class: Class) -> Result<FigureView, Repo
     })
 }
 
+/// Load curves (`--loads`): per fault, mix and class, goodput and p95 over
+/// the offered loads, a bar per strategy, in the phase with the fewest
+/// survivors (the baseline without faults).
+fn load_curves(file: &ExperimentFile) -> Result<Vec<FigureView>, ReportError> {
+    let mut loads: Vec<f64> = file.cells.iter().filter_map(|c| c.load).collect();
+    loads.sort_by(f64::total_cmp);
+    loads.dedup();
+    if loads.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for fault in &file.faults {
+        for mix in &file.mixes {
+            let here: Vec<&CellRow> = file.cells.iter().filter(|c| &c.fault == fault && &c.mix == mix).collect();
+            let Some(phase) = here.iter().min_by_key(|c| c.survivors).map(|c| c.phase.clone()) else { continue };
+            for class in Class::ALL {
+                let pick = |strategy: &str, load: f64, metric: fn(&CellRow) -> Spread| {
+                    here.iter()
+                        .find(|c| {
+                            c.strategy == strategy && c.load == Some(load) && c.phase == phase && c.class == class
+                        })
+                        .map(|c| metric(c))
+                };
+                let panel = |y_desc: &str, metric: fn(&CellRow) -> Spread| BarPanel {
+                    y_desc: y_desc.into(),
+                    groups: loads.iter().map(|l| format!("load {l}")).collect(),
+                    series: file
+                        .strategies
+                        .iter()
+                        .enumerate()
+                        .map(|(i, s)| BarSeries {
+                            label: s.clone(),
+                            colour: MIX_COLOURS[i % MIX_COLOURS.len()],
+                            values: loads.iter().map(|&l| pick(s, l, metric)).collect(),
+                        })
+                        .collect(),
+                    reference: None,
+                };
+                let panels = [panel("goodput (queries/s)", |c| c.goodput_qps), panel("p95 latency (ms)", |c| c.p95_ms)];
+                let name = if class == Class::P { "Premium" } else { "Freemium" };
+                out.push(FigureView {
+                    id: format!("load-{fault}-{}-{class}", mix.replace(':', "-")),
+                    title: format!("Load curve, {fault}, mix {mix}: {name} in {phase} over the offered load"),
+                    svg: Value::from_safe_string(charts::spread_bars("load curve", &panels)?),
+                    caption: format!(
+                        "x: offered CPU as a fraction of the cluster's K x C (--loads); bars: medians over repeats per strategy \
+                         in phase {phase}; whiskers: interquartile range."
+                    ),
+                    runs: links(file, fault, mix, &file.strategies.iter().map(String::as_str).collect::<Vec<_>>()),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Fig. 5 style: p95 of plb relative to 5RR per class and mix, in the
 /// one-down and two-down phases (negative: plb is faster).
 fn fig5(file: &ExperimentFile, f: &Figures) -> Result<Option<FigureView>, ReportError> {
@@ -341,7 +398,7 @@ fn cells(file: &ExperimentFile) -> Vec<CellView> {
         .map(|c| CellView {
             fault: c.fault.clone(),
             mix: c.mix.clone(),
-            strategy: c.strategy.clone(),
+            strategy: c.load.map_or_else(|| c.strategy.clone(), |l| format!("{} @ load {l}", c.strategy)),
             phase: c.phase.clone(),
             class: c.class.to_string(),
             runs: c.runs,

@@ -77,6 +77,9 @@ pub struct ExperimentArgs {
     /// Recovery policies to compare for plb, comma-separated (none, probation); other strategies run with none [default: none].
     #[arg(long, value_delimiter = ',', default_value = "none", hide_default_value = true, value_name = "LIST")]
     pub recovery: Vec<String>,
+    /// Offered loads, comma-separated: each run's --load (CPU offered as a fraction of the cluster's K x C), an axis of the grid [default: the workload's own operating point, no axis].
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub loads: Vec<String>,
     /// Repeats of every cell; repeat k uses seed --seed + k - 1 [default: 5].
     #[arg(long, default_value_t = 5, hide_default_value = true, value_name = "N")]
     pub repeat: u32,
@@ -115,6 +118,7 @@ pub fn grid(args: &ExperimentArgs, root: &Path) -> Result<Vec<GridRun>, Error> {
         false => parse_list("--detections", &args.detections, |s| closed("--detections", "value", s))?,
     };
     let recoveries: Vec<Recovery> = parse_list("--recovery", &args.recovery, |s| closed("--recovery", "value", s))?;
+    let loads = parse_loads(&args.loads)?;
     let layers: Vec<(Strategy, Admission, Detection, Recovery)> = strategies
         .iter()
         .flat_map(|&s| admissions.iter().map(move |&a| (s, a)))
@@ -131,7 +135,7 @@ pub fn grid(args: &ExperimentArgs, root: &Path) -> Result<Vec<GridRun>, Error> {
     let mut runs = Vec::new();
     for repeat in 1..=args.repeat {
         for (fault, label) in &faults {
-            for (mix, pct) in &mixes {
+            for ((mix, pct), (load, load_label)) in mixes.iter().flat_map(|m| loads.iter().map(move |l| (m, l))) {
                 for &(strategy, admission, detection, recovery) in &layers {
                     let mut a = default_run_args();
                     pass_through(args, &mut a);
@@ -141,10 +145,13 @@ pub fn grid(args: &ExperimentArgs, root: &Path) -> Result<Vec<GridRun>, Error> {
                     a.recovery = recovery;
                     // Runs without layers keep their historical names.
                     let variant = plan::variant(strategy, detection, recovery, admission);
-                    let name = format!("{label}-{pct}-{}-{variant}-r{repeat}", 100 - pct);
+                    let name = format!("{label}-{pct}-{}{load_label}-{variant}-r{repeat}", 100 - pct);
                     a.mix = mix.clone();
                     a.faults = Some(fault.clone());
                     a.common.seed = args.common.seed + u64::from(repeat - 1);
+                    if load.is_some() {
+                        a.common.load = *load;
+                    }
                     a.out = Some(root.join("runs").join(&name));
                     let plan = Plan::new(a)?;
                     runs.push(GridRun { fault: fault.clone(), mix: mix.clone(), repeat, name, plan });
@@ -181,6 +188,22 @@ fn parse_mixes(list: &[String]) -> Result<Vec<(String, u32)>, Error> {
         return Err(input("--mixes", "name at least one mix"));
     }
     Ok(pcts.into_iter().map(|p| (format!("{p}:{}", 100 - p), p)).collect())
+}
+
+/// Offered loads with their folder-name part (`-l0.8`); without
+/// `--loads`, one entry that leaves each run's `--load` alone.
+fn parse_loads(list: &[String]) -> Result<Vec<(Option<f64>, String)>, Error> {
+    if list.is_empty() {
+        return Ok(vec![(None, String::new())]);
+    }
+    let loads = parse_list("--loads", list, |s| {
+        let x: f64 = s.trim().parse().map_err(|_| input("--loads", format!("`{s}` is not a number")))?;
+        if !(x.is_finite() && x > 0.0) {
+            return Err(input("--loads", format!("`{s}` must be a positive fraction of the cluster's capacity")));
+        }
+        Ok(x)
+    })?;
+    Ok(loads.into_iter().map(|x| (Some(x), format!("-l{x}"))).collect())
 }
 
 /// Fault presets or files with the label used in folder names; a repeat, or
@@ -300,7 +323,12 @@ pub fn experiment(args: ExperimentArgs) -> Result<(), Error> {
     );
     let summaries = execute_pending(&grid, states, pending, args.common.quiet)?;
     let file = experiment_file(&args, &grid, &summaries);
-    let figures = figures(&summaries.iter().map(|(s, _)| s.clone()).collect::<Vec<_>>());
+    // The paper's figures compare strategies at one operating point: with
+    // a load axis, that of the first of --loads (the curves show the rest).
+    let first_load = grid.first().and_then(|r| r.plan.load);
+    let at_first: Vec<Summary> =
+        summaries.iter().map(|(s, _)| s.clone()).filter(|s| s.settings.load == first_load).collect();
+    let figures = figures(&at_first);
     let all: Vec<Summary> = summaries.iter().map(|(s, _)| s.clone()).collect();
     let mut files = vec![
         ("experiment.json".to_string(), serde_json::to_string_pretty(&file).context("experiment.json")? + "\n"),
@@ -452,14 +480,15 @@ fn experiment_file(args: &ExperimentArgs, grid: &[GridRun], summaries: &[(Summar
     }
 }
 
-/// A cell's key: fault, mix and strategy variant.
-pub type CellKey = (String, String, String);
+/// A cell's key: fault, mix, strategy variant and offered load.
+pub type CellKey = (String, String, String, Option<u64>);
 
 /// The runs of each cell, cells in order of first appearance. Pure.
 pub fn by_cell(summaries: &[Summary]) -> Vec<(CellKey, Vec<&Summary>)> {
     let mut cells: Vec<(CellKey, Vec<&Summary>)> = Vec::new();
     for s in summaries {
-        let k = (s.settings.faults.clone(), s.settings.mix.clone(), s.settings.strategy.clone());
+        let load = s.settings.load.map(f64::to_bits);
+        let k = (s.settings.faults.clone(), s.settings.mix.clone(), s.settings.strategy.clone(), load);
         match cells.iter_mut().find(|(c, _)| *c == k) {
             Some((_, runs)) => runs.push(s),
             None => cells.push((k, vec![s])),
@@ -472,7 +501,7 @@ pub fn by_cell(summaries: &[Summary]) -> Vec<(CellKey, Vec<&Summary>)> {
 /// class), in order of first appearance; the warm-up is left out. Pure.
 pub fn aggregate(summaries: &[Summary]) -> Vec<CellRow> {
     let mut rows = Vec::new();
-    for ((fault, mix, strategy), group) in by_cell(summaries) {
+    for ((fault, mix, strategy, load), group) in by_cell(summaries) {
         let mut phases: Vec<(String, usize)> = Vec::new();
         for r in group.iter().flat_map(|s| &s.phases).filter(|r| r.phase != WARMUP) {
             if !phases.iter().any(|(p, _)| *p == r.phase) {
@@ -489,6 +518,7 @@ pub fn aggregate(summaries: &[Summary]) -> Vec<CellRow> {
                     fault: fault.clone(),
                     mix: mix.clone(),
                     strategy: strategy.clone(),
+                    load: load.map(f64::from_bits),
                     phase: phase.clone(),
                     survivors,
                     class,
@@ -567,6 +597,32 @@ mod tests {
         );
         assert_eq!(g[0].plan.out, Path::new("/nonexistent/exp/runs/cascade-25-75-plb-r1"));
         assert!(g.iter().all(|r| !r.plan.progress && r.plan.force));
+    }
+
+    #[test]
+    fn loads_are_an_axis_inside_the_mix_with_their_own_names() {
+        let e = parse(&["--strategies", "plb,rr", "--mixes", "25:75", "--faults", "none", "--loads", "0.6,1.2"]);
+        let g = grid(&e, Path::new("/x")).unwrap();
+        let names: Vec<(&str, Option<f64>)> = g.iter().take(4).map(|r| (r.name.as_str(), r.plan.load)).collect();
+        assert_eq!(
+            names,
+            [
+                ("none-25-75-l0.6-plb-r1", Some(0.6)),
+                ("none-25-75-l0.6-rr-r1", Some(0.6)),
+                ("none-25-75-l1.2-plb-r1", Some(1.2)),
+                ("none-25-75-l1.2-rr-r1", Some(1.2)),
+            ]
+        );
+        assert!(g[0].plan.workload.session.between_ms > g[2].plan.workload.session.between_ms);
+        assert_eq!(run_cmd::settings(&g[2].plan).load, Some(1.2));
+        let plain = grid(&parse(&["--strategies", "plb", "--faults", "none", "--mixes", "25:75"]), Path::new("/x"));
+        assert_eq!(plain.unwrap()[0].plan.load, None);
+        for (bad, want) in [("0.6,x", "--loads: `x` is not a number"), ("0.6,0.6", "--loads: `0.6` is listed twice")] {
+            match grid(&parse(&["--loads", bad]), Path::new("/x")) {
+                Err(Error::Input(msg)) => assert!(msg.starts_with(want), "{msg}"),
+                other => panic!("{bad}: {:?}", other.map(|g| g.len())),
+            }
+        }
     }
 
     #[test]

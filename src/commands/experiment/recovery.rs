@@ -58,7 +58,7 @@ fn figure(e: &Entry, name: &str) -> Option<f64> {
 /// The rows of every cell, in order of first appearance.
 pub fn rows(summaries: &[Summary]) -> Vec<Row> {
     let mut out = Vec::new();
-    for ((fault, mix, strategy), group) in super::by_cell(summaries) {
+    for ((fault, mix, strategy, _), group) in super::by_cell(summaries) {
         let row = |index: usize, what: String, spreads: Vec<Spread>| Row {
             fault: fault.clone(),
             mix: mix.clone(),

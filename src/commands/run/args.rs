@@ -100,6 +100,9 @@ pub struct CommonArgs {
     /// Health probe interval in milliseconds.
     #[arg(long, default_value_t = 1000, value_name = "MS")]
     pub probe_interval_ms: u64,
+    /// Offered load: the CPU the workload offers, as a fraction of the cluster's calibrated capacity (K x C); sets the think time between sessions (session.between_ms) for --T clients [default: the workload's between_ms].
+    #[arg(long, value_name = "X", allow_hyphen_values = true)]
+    pub load: Option<f64>,
     /// PLB admission threshold theta in sessions per replica [default: the workload's, else the expected concurrent sessions per replica in the baseline, rounded up].
     #[arg(long, value_name = "N")]
     pub theta: Option<u32>,

@@ -74,6 +74,8 @@ pub struct Plan {
     pub premium_pct: u32,
     /// Number of clients T.
     pub clients: u32,
+    /// `--load`: the offered load the workload was set to, if given.
+    pub load: Option<f64>,
     /// Number of replicas K (also in `router`).
     pub replicas: usize,
     /// Seed of the client schedule.
@@ -173,6 +175,26 @@ pub fn read_text(field: &str, path: &Path) -> Result<String, Error> {
     String::from_utf8(bytes).map_err(|_| input(field, format!("{} is not UTF-8 text", path.display())))
 }
 
+/// Sets `session.between_ms` so that the workload offers `load` of the
+/// cluster's CPU budget (`--load`); refused when `clients` cannot offer
+/// that much even without a pause between sessions.
+fn set_load(w: &mut Workload, load: f64, clients: u32, pct: u32, replicas: usize, cpus: f64) -> Result<(), Error> {
+    if !(load.is_finite() && load > 0.0) {
+        return Err(input("--load", format!("must be a positive fraction of the cluster's capacity, got {load}")));
+    }
+    let offered = |w: &Workload| w.offered_utilisation(clients, pct, replicas, cpus);
+    let mut busiest = w.clone();
+    busiest.session.between_ms = 0.0;
+    if offered(&busiest) < load {
+        return Err(input(
+            "--load",
+            format!("{clients} clients offer at most {:.2} of the cluster's capacity; raise --T", offered(&busiest)),
+        ));
+    }
+    w.session.between_ms = w.between_for(load, offered);
+    Ok(())
+}
+
 /// Loads the workload named by `--workload`, or the built-in default.
 pub fn load_workload(path: Option<&Path>) -> Result<Workload, Error> {
     let (name, text) = match path {
@@ -204,6 +226,9 @@ impl Plan {
             };
             let cal = crate::core::calibration::Calibration::parse(&read_text("--calibration", path)?).map_err(bad)?;
             cal.apply(&mut workload).map_err(bad)?;
+        }
+        if let Some(load) = c.load {
+            set_load(&mut workload, load, c.clients, premium_pct, c.replicas, c.cpus)?;
         }
         if c.theta == Some(0) {
             return Err(input("--theta", "must be at least 1"));
@@ -241,6 +266,7 @@ impl Plan {
             admission: args.admission,
             premium_pct,
             clients: c.clients,
+            load: c.load,
             replicas: c.replicas,
             seed: c.seed,
             time_scale: x,
@@ -415,6 +441,32 @@ fn refuse_partition_on_local(name: &str, events: &[FaultEvent]) -> Result<(), Er
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn load_sets_the_pause_between_sessions_to_offer_that_share_of_the_cluster() {
+        let w0 = load_workload(None).unwrap();
+        for load in [0.2, 0.6, 1.2] {
+            let mut w = w0.clone();
+            set_load(&mut w, load, 1000, 25, 5, 0.3).unwrap();
+            let got = w.offered_utilisation(1000, 25, 5, 0.3);
+            assert!((got - load).abs() < 1e-6, "load {load}: offered {got}");
+        }
+        let mut a = w0.clone();
+        set_load(&mut a, 0.6, 1000, 25, 5, 0.3).unwrap();
+        let mut b = w0.clone();
+        set_load(&mut b, 1.2, 1000, 25, 5, 0.3).unwrap();
+        assert!(b.session.between_ms < a.session.between_ms && a.session.between_ms < w0.session.between_ms);
+        let mut w = w0.clone();
+        let msg = |e: Error| match e {
+            Error::Input(m) => m,
+            other => panic!("{other:?}"),
+        };
+        let too_much = msg(set_load(&mut w, 50.0, 10, 25, 5, 0.3).unwrap_err());
+        assert!(too_much.starts_with("--load: 10 clients offer at most "), "{too_much}");
+        assert!(msg(set_load(&mut w, 0.0, 10, 25, 5, 0.3).unwrap_err()).starts_with("--load: must be a positive"));
+        assert!(msg(set_load(&mut w, f64::NAN, 10, 25, 5, 0.3).unwrap_err()).starts_with("--load: must be a positive"));
+        assert_eq!(w.session.between_ms, w0.session.between_ms, "a refused load leaves the workload alone");
+    }
 
     #[test]
     fn local_refuses_a_partition_naming_the_event() {
