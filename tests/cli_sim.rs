@@ -196,22 +196,27 @@ fn top_banner(dir: &Path) -> String {
     html[banner..banner + html[banner..].find("</div>").unwrap()].to_string()
 }
 
-/// T=5000 on the simulator: the replicas cannot keep up, queries pass the
-/// 30 s deadline in the baseline already and the sessions time out.
+/// T=5000 on the simulator: the Freemium replicas cannot keep up, fill to
+/// `max_connections` in the baseline already and turn sessions away with
+/// "too many clients", which the checks count as overload.
 #[test]
 fn an_overloaded_run_fails_its_checks_loudly_and_warn_downgrades_them() {
     let (fail, warn) = (tmp("overload-fail"), tmp("overload-warn"));
     let out = sim_run(&fail, &["--T", "5000"]);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("plbbench: check failed: baseline steady: ") && err.contains(" sessions timed out"), "{err}");
+    assert!(
+        err.contains("plbbench: check failed: baseline steady: ")
+            && err.contains(" sessions timed out or found the server full"),
+        "{err}"
+    );
     assert!(err.contains("plbbench: check failed: time-outs: baseline "), "{err}");
     assert!(err.contains("plbbench: error: the run failed 2 of 4 checks"), "{err}");
     let checks = err.lines().filter(|l| l.starts_with("plbbench: check failed: ")).count();
     assert_eq!(checks, 2, "one line per failed check: {err}");
     let stdout = text(&out.stdout);
     assert!(stdout.starts_with("plb · mix 25:75 · T=5000 · faults premium-fault · sim cluster\n"), "{stdout}");
-    assert!(stdout.contains("\naborted sessions: P ") && stdout.contains("timeout"), "{stdout}");
+    assert!(stdout.contains("\naborted sessions: P ") && stdout.contains("too many clients"), "{stdout}");
     assert!(stdout.contains("\nchecks: 2 of 4 FAILED (baseline steady, time-outs)\n"), "{stdout}");
     let s = summary_of(&fail);
     assert_eq!(s["settings"]["checks"], "fail");
@@ -269,4 +274,29 @@ fn a_healthy_run_passes_every_check() {
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(!html.contains("failing-verdicts"));
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// T=3000 at twice the cluster's capacity and no faults: sessions pile up
+/// past the 300 connections a replica accepts (its `max_connections`) and
+/// the extra ones are turned away with "too many clients", as PostgreSQL
+/// does (53300). A full server is alive: the router never takes it as down.
+#[test]
+fn a_full_replica_turns_away_connections_beyond_max_connections() {
+    let out = tmp("maxconn");
+    let args = ["--T", "3000", "--load", "2", "--faults", "none", "--time-scale", "0.2", "--checks", "warn"];
+    let o = sim_run(&out, &[&args[..], &["--strategy", "rr"]].concat());
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let stdout = text(&o.stdout);
+    assert!(stdout.contains("too many clients"), "{stdout}");
+    assert!(!stdout.contains("connect refused"), "a full server is not a refusal: {stdout}");
+    let events = std::fs::read_to_string(out.join("events.csv")).unwrap();
+    assert!(!events.contains("down ("), "a full replica was taken as down: {events}");
+    let mut r = csv::Reader::from_path(out.join("replicas.csv")).unwrap();
+    let rows: Vec<std::collections::HashMap<String, String>> = r.deserialize().map(|x| x.unwrap()).collect();
+    let open = |row: &std::collections::HashMap<String, String>| {
+        row["active_p"].parse::<u32>().unwrap() + row["active_f"].parse::<u32>().unwrap()
+    };
+    let most = rows.iter().map(open).max().unwrap();
+    assert!((250..=300).contains(&most), "at most {most} sessions open on a replica");
+    std::fs::remove_dir_all(&out).unwrap();
 }

@@ -569,8 +569,12 @@ async fn session(ctx: &Ctx, script: &mut Client, r: ReplicaId, queries: u32, int
             tokio::spawn(conn);
             client
         }
-        Ok(Err(_)) => {
-            let why = ctx.control(|ctl, now| ctl.c.connect_failed(r, ConnectError::Refused, now));
+        Ok(Err(e)) => {
+            // A live server at max_connections answers 53300; anything else
+            // (no listener, a reset) is a refusal.
+            let full = e.code() == Some(&tokio_postgres::error::SqlState::TOO_MANY_CONNECTIONS);
+            let err = if full { ConnectError::Full } else { ConnectError::Refused };
+            let why = ctx.control(|ctl, now| ctl.c.connect_failed(r, err, now));
             return SessionEnd::Aborted(why, queries);
         }
         Err(_) => {

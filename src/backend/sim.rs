@@ -39,6 +39,9 @@ pub struct SimInput<'a> {
     pub duration_s: f64,
     /// Health probe interval, seconds; 0 means no probes (`--detection oracle`).
     pub probe_interval_s: f64,
+    /// Connections a replica accepts at once (its `max_connections`; the
+    /// generator connects as the superuser, so the reserved slots count).
+    pub max_connections: u32,
 }
 
 /// What is left open when the run ends.
@@ -86,6 +89,8 @@ struct Server {
     budget: f64,
     /// When the current quota period ends.
     period_end: f64,
+    /// Client connections open on it (being set up or in a session).
+    connections: u32,
 }
 
 impl Server {
@@ -103,6 +108,7 @@ impl Server {
             epoch: 0,
             budget: 0.0,
             period_end: 0.0,
+            connections: 0,
         }
     }
 
@@ -160,8 +166,16 @@ enum State {
     /// Waiting for admission (`--admission modes`).
     Queued { resume: Option<u32> },
     /// In a session on `replica`; `in_flight` holds the query's sequence
-    /// (or the connection set-up's, while `connecting`).
-    Session { replica: ReplicaId, remaining: u32, in_flight: Option<u64>, broken: bool, connecting: bool },
+    /// (or the connection set-up's, while `connecting`); `counted` while
+    /// its connection counts against the replica's `max_connections`.
+    Session {
+        replica: ReplicaId,
+        remaining: u32,
+        in_flight: Option<u64>,
+        broken: bool,
+        connecting: bool,
+        counted: bool,
+    },
 }
 
 struct ClientState {
@@ -381,10 +395,25 @@ impl Sim<'_, '_> {
         c.session = self.sessions;
         c.session_start = c.intended;
         let remaining = resume.unwrap_or_else(|| c.script.session_len(w));
-        c.state = State::Session { replica: r, remaining, in_flight: None, broken: false, connecting: false };
-        if !self.servers[r.idx()].up {
-            self.connect_refused(i, r);
-        } else if w.session.connect_cpu_ms > 0.0 {
+        let s = &self.servers[r.idx()];
+        let accepted = s.up && s.connections < self.input.max_connections;
+        c.state = State::Session {
+            replica: r,
+            remaining,
+            in_flight: None,
+            broken: false,
+            connecting: false,
+            counted: accepted,
+        };
+        if !accepted {
+            // Down: refused. Full: PostgreSQL turns the client away with
+            // "too many clients already" (53300), as the real driver sees.
+            let err = if s.up { ConnectError::Full } else { ConnectError::Refused };
+            self.connect_failed(i, r, err);
+            return;
+        }
+        self.servers[r.idx()].connections += 1;
+        if w.session.connect_cpu_ms > 0.0 {
             self.connect(i, r);
         } else {
             self.send(i, r);
@@ -539,6 +568,10 @@ impl Sim<'_, '_> {
         let now = self.now;
         let c = &mut self.clients[i];
         let class = c.script.class;
+        if let State::Session { counted: true, .. } = c.state {
+            let s = &mut self.servers[r.idx()];
+            s.connections = s.connections.saturating_sub(1);
+        }
         self.col.session_ended(SessionRecord { class, replica: r, start_s: c.session_start, end_s: now, abort });
         // A broken session's client retries the failed query and the rest
         // of its work in a new session after a backoff.
@@ -563,8 +596,8 @@ impl Sim<'_, '_> {
         self.close(i, r, Some(reason));
     }
 
-    fn connect_refused(&mut self, i: usize, r: ReplicaId) {
-        let why = self.input.control.connect_failed(r, ConnectError::Refused, self.now);
+    fn connect_failed(&mut self, i: usize, r: ReplicaId, err: ConnectError) {
+        let why = self.input.control.connect_failed(r, err, self.now);
         self.abort(i, r, why);
     }
 
@@ -610,15 +643,18 @@ impl Sim<'_, '_> {
             }
             // A connection being set up is refused; a query fails.
             if self.clients[c].connecting() {
-                self.connect_refused(c, r);
+                self.connect_failed(c, r, ConnectError::Refused);
             } else {
                 self.fail_query(c, r);
             }
         }
+        // Its connections died with it.
+        self.servers[r.idx()].connections = 0;
         for c in &mut self.clients {
-            if let State::Session { replica, broken, .. } = &mut c.state {
+            if let State::Session { replica, broken, counted, .. } = &mut c.state {
                 if *replica == r {
                     *broken = true;
+                    *counted = false;
                 }
             }
         }

@@ -73,6 +73,8 @@ pub enum Source {
     ConnectionRefused,
     /// A client's connect timed out.
     ConnectTimeout,
+    /// A live server turned a client away: too many clients.
+    ServerFull,
 }
 
 impl Source {
@@ -84,6 +86,7 @@ impl Source {
             Source::ConnectionError => "connection error",
             Source::ConnectionRefused => "connection refused",
             Source::ConnectTimeout => "connect timeout",
+            Source::ServerFull => "too many clients",
         }
     }
 }
@@ -305,12 +308,15 @@ impl Controller {
         self.evidence(r, seen, Source::Probe, began_s, now_s);
     }
 
-    /// A client could not connect to `r`: a refusal is proof it is gone, a
-    /// timeout a connection error. Returns why the session aborts.
+    /// A client could not connect to `r`: a refusal is proof it is gone; a
+    /// timeout, or a live server at its connection limit, is overload (a
+    /// connection error, never isolation on its own). Returns why the
+    /// session aborts.
     pub fn connect_failed(&mut self, r: ReplicaId, err: ConnectError, now_s: f64) -> AbortReason {
         let (ev, source) = match err {
             ConnectError::Refused => (Evidence::Refused, Source::ConnectionRefused),
             ConnectError::Timeout => (Evidence::ConnError, Source::ConnectTimeout),
+            ConnectError::Full => (Evidence::ConnError, Source::ServerFull),
         };
         self.evidence(r, ev, source, now_s, now_s);
         AbortReason::Connect(err)
@@ -474,6 +480,8 @@ mod tests {
             AbortReason::Connect(ConnectError::Timeout)
         );
         assert!(c.is_healthy(ReplicaId(2)), "a connect timeout is not proof of death for the probe detector");
+        assert_eq!(c.connect_failed(ReplicaId(2), ConnectError::Full, 1.5).to_string(), "too many clients");
+        assert!(c.is_healthy(ReplicaId(2)), "a full server is alive");
         assert_eq!(c.connect_failed(ReplicaId(2), ConnectError::Refused, 2.0).to_string(), "connect refused");
         assert!(!c.is_healthy(ReplicaId(2)));
         assert_eq!(logs(&mut c)[0], (EventKind::Detect, Some(ReplicaId(2)), "down (connection refused)".to_string()));

@@ -407,7 +407,7 @@ impl Collector {
             }
             Some(reason) => {
                 agg.aborted += 1;
-                agg.timeouts += u64::from(reason.is_timeout());
+                agg.timeouts += u64::from(reason.is_overload());
                 *self.abort_reasons.entry((s.class, reason.to_string())).or_default() += 1;
             }
         }
@@ -624,8 +624,8 @@ impl Collector {
 pub struct AccountingError(pub String);
 
 impl RunMetrics {
-    /// Sessions of `class` that aborted on a time-out in `phase` (0 for an
-    /// unknown phase).
+    /// Sessions of `class` that aborted on overload (a time-out or a full
+    /// server) in `phase` (0 for an unknown phase).
     pub fn timeouts(&self, phase: &str, class: Class) -> u64 {
         self.timeouts.iter().find(|t| t.phase == phase).map_or(0, |t| t.sessions[class.idx()])
     }
@@ -813,6 +813,7 @@ mod tests {
         end(Class::F, 12.0, Some(AbortReason::Connect(ConnectError::Timeout)));
         end(Class::F, 13.0, Some(AbortReason::Query(QueryError::Timeout)));
         end(Class::F, 13.5, Some(AbortReason::Connect(ConnectError::Refused)));
+        end(Class::P, 13.8, Some(AbortReason::Connect(ConnectError::Full)));
         end(Class::P, 14.0, Some(AbortReason::Query(QueryError::ConnectionLost)));
         end(Class::P, 16.0, Some(AbortReason::Query(QueryError::Timeout)));
         end(Class::P, 16.5, None);
@@ -823,8 +824,8 @@ mod tests {
         assert_eq!((m.timeouts("warmup", Class::F), m.timeouts("warmup", Class::P)), (1, 0));
         assert_eq!(
             (m.timeouts("baseline", Class::F), m.timeouts("baseline", Class::P)),
-            (2, 0),
-            "refused is no time-out"
+            (2, 1),
+            "refused is no time-out; a full server is overload"
         );
         assert_eq!((m.timeouts("down1", Class::F), m.timeouts("down1", Class::P)), (0, 1), "connection lost is none");
         assert_eq!(m.timeouts("rejoin9", Class::F), 0);

@@ -287,6 +287,10 @@ impl fmt::Display for QueryError {
     }
 }
 
+/// `max_connections` of every replica plbbench starts (local and docker
+/// backends), and the limit the simulator enforces per replica.
+pub const MAX_CONNECTIONS: u32 = 300;
+
 /// Why a session could not connect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ConnectError {
@@ -294,6 +298,9 @@ pub enum ConnectError {
     Refused,
     /// No connection within the connect deadline: `connect timeout`.
     Timeout,
+    /// The server is up but at `max_connections` (SQLSTATE 53300, "sorry,
+    /// too many clients already"): `too many clients`.
+    Full,
 }
 
 impl ConnectError {
@@ -302,6 +309,7 @@ impl ConnectError {
         match self {
             ConnectError::Refused => "connect refused",
             ConnectError::Timeout => "connect timeout",
+            ConnectError::Full => "too many clients",
         }
     }
 }
@@ -322,11 +330,15 @@ pub enum AbortReason {
 }
 
 impl AbortReason {
-    /// Whether the client gave up waiting (a connect or query time-out),
-    /// as opposed to the server refusing or breaking the session: the run
-    /// validity checks count these (`core::validity`).
-    pub fn is_timeout(self) -> bool {
-        matches!(self, AbortReason::Connect(ConnectError::Timeout) | AbortReason::Query(QueryError::Timeout))
+    /// Whether the session ended on overload: the client gave up waiting (a
+    /// connect or query time-out) or a live server was full, as opposed to
+    /// a dead server refusing or breaking the session. The run validity
+    /// checks count these (`core::validity`).
+    pub fn is_overload(self) -> bool {
+        matches!(
+            self,
+            AbortReason::Connect(ConnectError::Timeout | ConnectError::Full) | AbortReason::Query(QueryError::Timeout)
+        )
     }
 }
 
@@ -382,7 +394,10 @@ mod tests {
             (AbortReason::Query(QueryError::Failed), "query error"),
             (AbortReason::Connect(ConnectError::Refused), "connect refused"),
             (AbortReason::Connect(ConnectError::Timeout), "connect timeout"),
+            (AbortReason::Connect(ConnectError::Full), "too many clients"),
         ];
+        assert!(AbortReason::Connect(ConnectError::Full).is_overload());
+        assert!(!AbortReason::Connect(ConnectError::Refused).is_overload());
         for (r, name) in reasons {
             assert_eq!(r.to_string(), name);
         }

@@ -14,8 +14,10 @@
 //! - **Time-outs per phase.** A fault kills sessions on the failed replica
 //!   (`connection lost`, `connect refused`): that is the fault's effect and
 //!   is not counted. Time-outs are the clients giving up on an overloaded
-//!   replica: above [`Limits::timeout_share`] of a class's sessions in a
-//!   phase, the phase measures client time-out artefacts, not capacity.
+//!   replica, or a live replica at `max_connections` turning them away
+//!   (`too many clients`): above [`Limits::timeout_share`] of a class's
+//!   sessions in a phase, the phase measures client time-out artefacts,
+//!   not capacity.
 //! - **Phase length.** A phase shorter than a typical session mixes
 //!   sessions placed before and after its change.
 
@@ -85,7 +87,8 @@ pub struct PhaseBooks {
     pub len_s: f64,
     /// Sessions that ended in the phase (completed or aborted).
     pub sessions: u64,
-    /// Of them, sessions aborted on a connect or query time-out.
+    /// Of them, sessions aborted on overload: a connect or query time-out,
+    /// or a full server (`AbortReason::is_overload`).
     pub timeouts: u64,
 }
 
@@ -123,7 +126,10 @@ fn median(v: &mut [f64]) -> f64 {
 /// the class's baseline books.
 fn baseline(limits: &Limits, p95_ms: &[f64], books: &PhaseBooks) -> Option<String> {
     if books.timeouts > 0 {
-        return Some(format!("{}: {} of {} sessions timed out", books.class, books.timeouts, books.sessions));
+        return Some(format!(
+            "{}: {} of {} sessions timed out or found the server full",
+            books.class, books.timeouts, books.sessions
+        ));
     }
     let (rise, rel) = trend(p95_ms)?;
     (rise > limits.trend_floor_ms && rel > limits.trend).then(|| {
@@ -236,7 +242,7 @@ mod tests {
     fn details_name_the_class_phase_and_counts() {
         let b = vec![books("baseline", Class::F, 50, 3), books("down2", Class::P, 40, 5)];
         let c = judge(&Limits::default(), [&[], &[]], &b, 10.0);
-        assert_eq!(c[0].detail, "F: 3 of 50 sessions timed out");
+        assert_eq!(c[0].detail, "F: 3 of 50 sessions timed out or found the server full");
         assert_eq!(c[1].detail, "baseline F: 3 of 50 sessions; down2 P: 5 of 40 sessions");
         assert_eq!(c[2].kind.to_string(), "phase length");
         let short = vec![books("down1", Class::P, 10, 0), books("down1", Class::F, 10, 0)];

@@ -85,7 +85,7 @@ impl Default for DockerOptions {
             scale: 0.05,
             seed: 42,
             state_dir: default_state_dir(),
-            max_connections: 300,
+            max_connections: crate::core::model::MAX_CONNECTIONS,
         }
     }
 }

@@ -37,7 +37,7 @@ impl Default for LocalOptions {
             scale: 0.05,
             seed: 42,
             base_port: 0,
-            max_connections: 300,
+            max_connections: crate::core::model::MAX_CONNECTIONS,
         }
     }
 }

@@ -44,6 +44,7 @@ pub fn run_sim(plan: &Plan, mut collector: Collector) -> (Collector, BackendOutc
             cpus: plan.cpus,
             duration_s: plan.duration_s,
             probe_interval_s: plan.probe_interval.map_or(0.0, |d| d.as_secs_f64()),
+            max_connections: crate::core::model::MAX_CONNECTIONS,
         },
         &mut collector,
     );
