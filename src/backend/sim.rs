@@ -70,6 +70,8 @@ const PERIOD_S: f64 = 0.1;
 const BURST_CORES: f64 = 1.0;
 /// CPU seconds below which a period's quota counts as spent.
 const SPENT: f64 = 1e-12;
+/// The client index of a job no client waits for (a backend's exit).
+const BACKGROUND: u32 = u32::MAX;
 
 /// A replica as a processor-sharing server.
 struct Server {
@@ -451,6 +453,15 @@ impl Sim<'_, '_> {
         c.qseq
     }
 
+    /// Puts the backend's exit (`close_cpu_ms`) on server `r` as work no
+    /// client waits for: it takes CPU from the queries beside it.
+    fn close_backend(&mut self, r: ReplicaId) {
+        let demand_s = self.input.workload.session.close_cpu_ms / 1000.0;
+        if demand_s > 0.0 && self.servers[r.idx()].up {
+            self.enqueue(r, BACKGROUND as usize, 0, demand_s);
+        }
+    }
+
     /// Puts job `q` of client `i` (`demand_s` of CPU) on server `r`.
     fn enqueue(&mut self, r: ReplicaId, i: usize, q: u64, demand_s: f64) {
         let s = &mut self.servers[r.idx()];
@@ -469,7 +480,7 @@ impl Sim<'_, '_> {
         let epoch = s.epoch;
         loop {
             let Some(&Reverse((fv, c, q))) = s.jobs.peek() else { return };
-            if !self.clients[c as usize].live(q) {
+            if c != BACKGROUND && !self.clients[c as usize].live(q) {
                 s.jobs.pop();
                 continue;
             }
@@ -503,6 +514,9 @@ impl Sim<'_, '_> {
         let Some(Reverse((_, c, _))) = s.jobs.pop() else { return };
         s.n -= 1;
         self.reschedule(r);
+        if c == BACKGROUND {
+            return;
+        }
         if self.clients[c as usize].connecting() {
             // Connected: the first query goes out now, still due at the
             // session's intended start.
@@ -568,7 +582,8 @@ impl Sim<'_, '_> {
         let now = self.now;
         let c = &mut self.clients[i];
         let class = c.script.class;
-        if let State::Session { counted: true, .. } = c.state {
+        let closed = matches!(c.state, State::Session { counted: true, .. });
+        if closed {
             let s = &mut self.servers[r.idx()];
             s.connections = s.connections.saturating_sub(1);
         }
@@ -589,6 +604,9 @@ impl Sim<'_, '_> {
         c.intended = next;
         let admitted = self.input.control.session_ended(r, class, now);
         self.at(next, Ev::Wake(i as u32));
+        if closed {
+            self.close_backend(r);
+        }
         self.start_admitted(admitted);
     }
 
@@ -638,7 +656,7 @@ impl Sim<'_, '_> {
         let jobs = std::mem::take(&mut s.jobs);
         for Reverse((_, c, q)) in jobs.into_sorted_vec().into_iter().rev() {
             let c = c as usize;
-            if !self.clients[c].live(q) {
+            if c == BACKGROUND as usize || !self.clients[c].live(q) {
                 continue;
             }
             // A connection being set up is refused; a query fails.

@@ -88,6 +88,11 @@ pub struct SessionShape {
     /// simulator charges it before a session's first query.
     #[serde(default)]
     pub connect_cpu_ms: f64,
+    /// CPU a replica spends after a session's client closes (the backend's
+    /// exit), ms (default 0). The simulator charges it as work no client
+    /// waits for; sizing counts it as offered CPU.
+    #[serde(default)]
+    pub close_cpu_ms: f64,
 }
 
 /// Client deadlines and retries, like real drivers and pools (design.md
@@ -238,8 +243,13 @@ impl Workload {
         positive("run.baseline_s", self.run.baseline_s)?;
         positive("session.think_ms", self.session.think_ms)?;
         positive("session.between_ms", self.session.between_ms)?;
-        if !(self.session.connect_cpu_ms.is_finite() && self.session.connect_cpu_ms >= 0.0) {
-            return Err(invalid("session.connect_cpu_ms", "must be a non-negative number"));
+        for (field, v) in [
+            ("session.connect_cpu_ms", self.session.connect_cpu_ms),
+            ("session.close_cpu_ms", self.session.close_cpu_ms),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(invalid(field, "must be a non-negative number"));
+            }
         }
         if self.session.queries_min == 0 || self.session.queries_min > self.session.queries_max {
             return Err(invalid("session.queries_min", "must be at least 1 and at most queries_max"));
@@ -300,9 +310,9 @@ impl Workload {
         let p = f64::from(premium_pct) / 100.0;
         Class::ALL.map(|class| {
             let share = if class == Class::P { p } else { 1.0 - p };
-            let session_cpu_ms = n * self.mean_cpu_ms(class) + s.connect_cpu_ms;
-            let cycle_ms = s.between_ms + session_cpu_ms / cpus.min(1.0) + (n - 1.0) * s.think_ms;
-            f64::from(clients) * share * session_cpu_ms / cycle_ms
+            let waited_ms = n * self.mean_cpu_ms(class) + s.connect_cpu_ms;
+            let cycle_ms = s.between_ms + waited_ms / cpus.min(1.0) + (n - 1.0) * s.think_ms;
+            f64::from(clients) * share * (waited_ms + s.close_cpu_ms) / cycle_ms
         })
     }
 
@@ -418,6 +428,7 @@ mod tests {
             think_ms: 1000.0,
             between_ms: 30_000.0,
             connect_cpu_ms: 0.0,
+            close_cpu_ms: 0.0,
         };
         for q in &mut w.query {
             q.cpu_ms = 1e-9;

@@ -184,7 +184,10 @@ mod tests {
         for f in files {
             let text = std::fs::read_to_string(&f).unwrap();
             match serde_json::from_str::<Summary>(&text) {
-                Ok(s) => assert_eq!(s.settings.checks, crate::core::settings::Checks::Fail, "{}", f.display()),
+                Ok(s) if !text.contains("\"checks\"") => {
+                    assert_eq!(s.settings.checks, crate::core::settings::Checks::Fail, "{}", f.display())
+                }
+                Ok(_) => {}
                 Err(e) => bad.push(format!("{}: {e}", f.display())),
             }
         }

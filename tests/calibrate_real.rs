@@ -1,0 +1,62 @@
+//! `plbbench calibrate` against a real replica under its CPU quota: a short
+//! calibration (1 s per point, 20 connections) writes a file whose figures
+//! come from the replica's cgroup (every template's CPU per query, the
+//! connection's CPU with its close apart), the simulator runs on it, and
+//! the replica is gone afterwards. About 20 s. Needs PostgreSQL's server
+//! binaries (scripts/install-postgres.sh); `PLBBENCH_SKIP_PG=1` skips.
+
+mod common;
+use common::have_postgres;
+use common::run::{processes_in, serial, Sandbox};
+use plbbench::core::calibration::Calibration;
+use std::process::Command;
+
+#[test]
+fn a_calibration_of_a_real_replica_is_a_file_the_simulator_runs_on() {
+    if !have_postgres() {
+        return;
+    }
+    let _one = serial();
+    let sb = Sandbox::new("calibrate");
+    std::fs::create_dir_all(sb.out()).unwrap();
+    let file = sb.out().join("calibration.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_plbbench"))
+        .args(["calibrate", "--seconds", "1", "--connections", "1,2", "--at", "2", "--connects", "20", "--out"])
+        .arg(&file)
+        .env("PLBBENCH_STATE_DIR", sb.state_dir())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("ms of it at close"), "{err}");
+    let c = Calibration::parse(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert!(c.cpu_budget_enforced, "the replica ran without its quota");
+    assert_eq!((c.cpus, c.connections, c.connect.connections), (0.3, 2, 20));
+    assert!(c.postgres_version.starts_with("PostgreSQL "), "{}", c.postgres_version);
+    assert!(c.connect.cpu_ms > 1.0 && c.connect.cpu_ms < 200.0, "connection CPU {} ms", c.connect.cpu_ms);
+    assert!(
+        c.connect.close_cpu_ms > 0.0 && c.connect.close_cpu_ms < c.connect.cpu_ms,
+        "close {} ms of {} ms",
+        c.connect.close_cpu_ms,
+        c.connect.cpu_ms
+    );
+    assert_eq!(c.template.len(), 2);
+    for t in &c.template {
+        assert!(t.cpu_ms > 0.1 && t.cpu_ms < 100.0, "{}: {} ms", t.name, t.cpu_ms);
+        assert_eq!(t.at.iter().map(|p| p.connections).collect::<Vec<_>>(), [1, 2], "{}", t.name);
+    }
+    let state = sb.state_dir().with_file_name("calibrate");
+    assert!(processes_in(&state).is_empty(), "the calibration replica outlived the command");
+
+    let run = sb.out().join("sim");
+    let out = Command::new(env!("CARGO_BIN_EXE_plbbench"))
+        .args(["run", "--cluster", "sim", "--T", "100", "--faults", "none", "--time-scale", "0.1", "-q", "--calibration"])
+        .arg(&file)
+        .arg("--out")
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let summary = std::fs::read_to_string(run.join("summary.json")).unwrap();
+    assert!(summary.contains("\"cluster\": \"sim\"") || summary.contains("\"cluster\":\"sim\""), "{summary}");
+}
