@@ -50,7 +50,19 @@ fn a_calibration_of_a_real_replica_is_a_file_the_simulator_runs_on() {
 
     let run = sb.out().join("sim");
     let out = Command::new(env!("CARGO_BIN_EXE_plbbench"))
-        .args(["run", "--cluster", "sim", "--T", "100", "--faults", "none", "--time-scale", "0.1", "-q", "--calibration"])
+        .args([
+            "run",
+            "--cluster",
+            "sim",
+            "--T",
+            "100",
+            "--faults",
+            "none",
+            "--time-scale",
+            "0.1",
+            "-q",
+            "--calibration",
+        ])
         .arg(&file)
         .arg("--out")
         .arg(&run)

@@ -265,3 +265,38 @@ fn orphan_of_a_crashed_run_is_removed() {
     c.down().unwrap();
     assert_all_gone(&dir, &cgroups);
 }
+
+/// A real server at `max_connections` turns the next client away with
+/// SQLSTATE 53300, which the driver classifies as `too many clients` (a
+/// full, live server), and a closed port as a refusal.
+#[test]
+fn a_full_server_answers_too_many_clients_and_a_dead_one_refuses() {
+    use plbbench::core::model::ConnectError;
+    if !have_postgres() {
+        return;
+    }
+    let dir = temp_state_dir("full");
+    let c = LocalCluster::up(&LocalOptions { max_connections: 5, ..opts(&dir, 1, 0.001) }).expect("up");
+    let cfg: tokio_postgres::Config = c.dsn(0).parse().unwrap();
+    let rt = runtime();
+    let why = rt.block_on(async {
+        let mut open = Vec::new();
+        for _ in 0..10 {
+            match cfg.connect(tokio_postgres::NoTls).await {
+                Ok((client, conn)) => {
+                    tokio::spawn(conn);
+                    open.push(client);
+                }
+                Err(e) => return (open.len(), ConnectError::of_sqlstate(e.code().map(|c| c.code())), e.to_string()),
+            }
+        }
+        panic!("10 connections to a server with max_connections 5");
+    });
+    assert!((2..=5).contains(&why.0), "turned away after {} connections", why.0);
+    assert_eq!(why.1, ConnectError::Full, "{}", why.2);
+    let cgroups = c.cgroup_dirs();
+    c.down().expect("down");
+    assert_all_gone(&dir, &cgroups);
+    let gone = rt.block_on(cfg.connect(tokio_postgres::NoTls)).map(|_| ()).unwrap_err();
+    assert_eq!(ConnectError::of_sqlstate(gone.code().map(|c| c.code())), ConnectError::Refused, "{gone}");
+}

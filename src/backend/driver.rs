@@ -570,10 +570,7 @@ async fn session(ctx: &Ctx, script: &mut Client, r: ReplicaId, queries: u32, int
             client
         }
         Ok(Err(e)) => {
-            // A live server at max_connections answers 53300; anything else
-            // (no listener, a reset) is a refusal.
-            let full = e.code() == Some(&tokio_postgres::error::SqlState::TOO_MANY_CONNECTIONS);
-            let err = if full { ConnectError::Full } else { ConnectError::Refused };
+            let err = ConnectError::of_sqlstate(e.code().map(|c| c.code()));
             let why = ctx.control(|ctl, now| ctl.c.connect_failed(r, err, now));
             return SessionEnd::Aborted(why, queries);
         }

@@ -304,6 +304,18 @@ pub enum ConnectError {
 }
 
 impl ConnectError {
+    /// Why a connect failed, from the server's SQLSTATE if it answered: a
+    /// live server at `max_connections` answers 53300 ("too many clients",
+    /// or the slots reserved for superusers); anything else (no listener,
+    /// a reset, no answer code) is a refusal.
+    pub fn of_sqlstate(code: Option<&str>) -> ConnectError {
+        if code == Some("53300") {
+            ConnectError::Full
+        } else {
+            ConnectError::Refused
+        }
+    }
+
     /// The name written in files.
     pub fn name(self) -> &'static str {
         match self {
@@ -397,6 +409,9 @@ mod tests {
             (AbortReason::Connect(ConnectError::Full), "too many clients"),
         ];
         assert!(AbortReason::Connect(ConnectError::Full).is_overload());
+        assert_eq!(ConnectError::of_sqlstate(Some("53300")), ConnectError::Full);
+        assert_eq!(ConnectError::of_sqlstate(Some("28P01")), ConnectError::Refused);
+        assert_eq!(ConnectError::of_sqlstate(None), ConnectError::Refused);
         assert!(!AbortReason::Connect(ConnectError::Refused).is_overload());
         for (r, name) in reasons {
             assert_eq!(r.to_string(), name);
