@@ -49,7 +49,7 @@ fn survival_limits_each_replica_and_rejections_are_counted() {
     let dir = tmp("survival");
     let w = workload(
         &dir,
-        "cpu_pct = [5.0, 10.0, 15.0]\nmin_mode_duration_s = 10.0\nreplica_sessions = 20\nqueue_deadline_ms = 2000",
+        "cpu_pct = [3.0, 6.0, 9.0]\nmin_mode_duration_s = 10.0\nreplica_sessions = 20\nqueue_deadline_ms = 2000",
     );
     let out = dir.join("run");
     let o = plbbench(&[

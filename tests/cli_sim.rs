@@ -319,8 +319,10 @@ fn close_cpu_is_spent_off_the_latency_path() {
     let (a, b) = (tmp("close-setup"), tmp("close-exit"));
     let mut got = Vec::new();
     for (dir, connect, close) in [(&a, "20.4", "0.0"), (&b, "0.4", "20.0")] {
-        let workload =
-            default.replace("connect_cpu_ms = 10.4", &format!("connect_cpu_ms = {connect}\nclose_cpu_ms = {close}"));
+        let lines = default.lines().filter(|l| !l.starts_with("connect_cpu_ms") && !l.starts_with("close_cpu_ms"));
+        let costs = format!("connect_cpu_ms = {connect}\nclose_cpu_ms = {close}");
+        let workload = lines.map(|l| if l == "[session]" { format!("{l}\n{costs}") } else { l.to_string() });
+        let workload = workload.collect::<Vec<_>>().join("\n");
         assert_ne!(workload, default);
         let file = dir.with_extension("toml");
         std::fs::write(&file, workload).unwrap();

@@ -192,10 +192,17 @@ mod tests {
             c.apply(&mut w).unwrap_err().to_string(),
             "field `template`: no figure for the workload's template \"other\""
         );
-        let split = FILE.replacen("cpu_ms = 10.4", "cpu_ms = 10.4\nclose_cpu_ms = 3.4", 1);
         let mut w = Workload::parse(DEFAULT).unwrap();
-        Calibration::parse(&split).unwrap().apply(&mut w).unwrap();
-        assert_eq!((w.session.connect_cpu_ms, w.session.close_cpu_ms), (7.0, 3.4), "set-up and close apart");
+        c.apply(&mut w).unwrap();
+        assert!(c.connect.close_cpu_ms > 0.0);
+        let setup = w.session.connect_cpu_ms;
+        assert!((setup + w.session.close_cpu_ms - c.connect.cpu_ms).abs() < 1e-9, "set-up and close apart");
+        assert_eq!(w.session.close_cpu_ms, c.connect.close_cpu_ms);
+        let close_line = format!("close_cpu_ms = {}\n", c.connect.close_cpu_ms);
+        let older = Calibration::parse(&FILE.replacen(&close_line, "", 1)).unwrap();
+        assert_eq!(older.connect.close_cpu_ms, 0.0, "a file from before close was measured apart");
+        older.apply(&mut w).unwrap();
+        assert_eq!((w.session.connect_cpu_ms, w.session.close_cpu_ms), (c.connect.cpu_ms, 0.0));
         let unknown = format!("bogus = 1\n{FILE}");
         assert!(Calibration::parse(&unknown).unwrap_err().to_string().contains("bogus"));
     }
