@@ -283,28 +283,44 @@ fn a_healthy_run_passes_every_check() {
 #[test]
 fn a_full_replica_turns_away_connections_beyond_max_connections() {
     let out = tmp("maxconn");
-    let args = ["--T", "3000", "--load", "2", "--faults", "none", "--time-scale", "0.2", "--checks", "warn"];
-    let o = sim_run(&out, &[&args[..], &["--strategy", "rr"]].concat());
+    let args = [
+        "--T",
+        "3000",
+        "--load",
+        "2",
+        "--faults",
+        "none",
+        "--time-scale",
+        "0.2",
+        "--checks",
+        "warn",
+        "--strategy",
+        "rr",
+    ];
+    let o = sim_run(&out, &args);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let stdout = text(&o.stdout);
     assert!(stdout.contains("too many clients"), "{stdout}");
     assert!(!stdout.contains("connect refused"), "a full server is not a refusal: {stdout}");
     let events = std::fs::read_to_string(out.join("events.csv")).unwrap();
     assert!(!events.contains("down ("), "a full replica was taken as down: {events}");
-    let mut r = csv::Reader::from_path(out.join("replicas.csv")).unwrap();
-    let rows: Vec<std::collections::HashMap<String, String>> = r.deserialize().map(|x| x.unwrap()).collect();
-    let open = |row: &std::collections::HashMap<String, String>| {
-        row["active_p"].parse::<u32>().unwrap() + row["active_f"].parse::<u32>().unwrap()
-    };
-    let most = rows.iter().map(open).max().unwrap();
+    let open = |row: &Row| row["active_p"].parse::<u32>().unwrap() + row["active_f"].parse::<u32>().unwrap();
+    let most = csv_rows(&out.join("replicas.csv")).iter().map(open).max().unwrap();
     assert!((250..=300).contains(&most), "at most {most} sessions open on a replica");
     std::fs::remove_dir_all(&out).unwrap();
 }
 
+/// One CSV row by column name.
+type Row = std::collections::HashMap<String, String>;
+
+/// Every row of a CSV file of a run folder.
+fn csv_rows(path: &Path) -> Vec<Row> {
+    csv::Reader::from_path(path).unwrap().deserialize().map(|x| x.unwrap()).collect()
+}
+
 /// Baseline Premium p95 (ms) and mean replica CPU of a run folder.
 fn baseline_p_p95_and_cpu(dir: &Path) -> (f64, f64) {
-    let mut r = csv::Reader::from_path(dir.join("phases.csv")).unwrap();
-    let rows: Vec<std::collections::HashMap<String, String>> = r.deserialize().map(|x| x.unwrap()).collect();
+    let rows = csv_rows(&dir.join("phases.csv"));
     let row = rows.iter().find(|r| r["phase"] == "baseline" && r["class"] == "P").unwrap();
     (row["p95_ms"].parse().unwrap(), row["cpu_mean"].parse().unwrap())
 }
