@@ -40,6 +40,15 @@ fn a_calibration_of_a_real_replica_is_a_file_the_simulator_runs_on() {
         c.connect.close_cpu_ms,
         c.connect.cpu_ms
     );
+    // An idle set-up waits for its CPU and more (the client's SCRAM, round
+    // trips), and not for seconds.
+    let set_up = c.connect.cpu_ms - c.connect.close_cpu_ms;
+    assert!(
+        c.connect.idle_wall_ms > set_up && c.connect.idle_wall_ms < 1000.0,
+        "idle set-up {} ms against {set_up} ms of CPU",
+        c.connect.idle_wall_ms
+    );
+    assert!(err.contains("on an idle replica"), "{err}");
     assert_eq!(c.template.len(), 2);
     for t in &c.template {
         assert!(t.cpu_ms > 0.1 && t.cpu_ms < 100.0, "{}: {} ms", t.name, t.cpu_ms);

@@ -325,31 +325,48 @@ fn baseline_p_p95_and_cpu(dir: &Path) -> (f64, f64) {
     (row["p95_ms"].parse().unwrap(), row["cpu_mean"].parse().unwrap())
 }
 
+/// A sim run (T=300, no faults, time scale 0.2) of the default workload
+/// with its `[session]` connection figures replaced by `costs` (TOML
+/// lines): the baseline's Premium p95 and mean replica CPU.
+fn baseline_with_connection(name: &str, costs: &str) -> (f64, f64) {
+    let default =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/analytics.toml")).unwrap();
+    let dir = tmp(name);
+    let figure = |l: &str| ["connect_cpu_ms", "close_cpu_ms", "connect_latency_ms"].iter().any(|k| l.starts_with(k));
+    let lines = default.lines().filter(|l| !figure(l));
+    let workload = lines.map(|l| if l == "[session]" { format!("{l}\n{costs}") } else { l.to_string() });
+    let workload = workload.collect::<Vec<_>>().join("\n");
+    assert_ne!(workload, default);
+    let file = dir.with_extension("toml");
+    std::fs::write(&file, workload).unwrap();
+    let args = ["--workload", file.to_str().unwrap(), "--T", "300", "--faults", "none", "--time-scale", "0.2"];
+    let out = sim_run(&dir, &args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let got = baseline_p_p95_and_cpu(&dir);
+    std::fs::remove_file(file).unwrap();
+    std::fs::remove_dir_all(dir).unwrap();
+    got
+}
+
 /// A backend's exit (`session.close_cpu_ms`) costs the replica CPU but no
 /// client waits for it: moving 20 ms of a connection's CPU from set-up to
 /// close keeps the replicas' CPU and takes it off the first query's latency.
 #[test]
 fn close_cpu_is_spent_off_the_latency_path() {
-    let default =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/analytics.toml")).unwrap();
-    let (a, b) = (tmp("close-setup"), tmp("close-exit"));
-    let mut got = Vec::new();
-    for (dir, connect, close) in [(&a, "20.4", "0.0"), (&b, "0.4", "20.0")] {
-        let lines = default.lines().filter(|l| !l.starts_with("connect_cpu_ms") && !l.starts_with("close_cpu_ms"));
-        let costs = format!("connect_cpu_ms = {connect}\nclose_cpu_ms = {close}");
-        let workload = lines.map(|l| if l == "[session]" { format!("{l}\n{costs}") } else { l.to_string() });
-        let workload = workload.collect::<Vec<_>>().join("\n");
-        assert_ne!(workload, default);
-        let file = dir.with_extension("toml");
-        std::fs::write(&file, workload).unwrap();
-        let args = ["--workload", file.to_str().unwrap(), "--T", "300", "--faults", "none", "--time-scale", "0.2"];
-        let out = sim_run(dir, &args);
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        got.push(baseline_p_p95_and_cpu(dir));
-        std::fs::remove_file(file).unwrap();
-        std::fs::remove_dir_all(dir).unwrap();
-    }
-    let [(p95_setup, cpu_setup), (p95_exit, cpu_exit)] = got[..] else { unreachable!() };
+    let (p95_setup, cpu_setup) = baseline_with_connection("close-setup", "connect_cpu_ms = 20.4\nclose_cpu_ms = 0.0");
+    let (p95_exit, cpu_exit) = baseline_with_connection("close-exit", "connect_cpu_ms = 0.4\nclose_cpu_ms = 20.0");
     assert!(p95_exit < p95_setup - 10.0, "p95 {p95_exit} ms with close CPU against {p95_setup} ms with set-up CPU");
     assert!((cpu_exit - cpu_setup).abs() < 0.1 * cpu_setup, "CPU {cpu_exit} against {cpu_setup}");
+}
+
+/// A set-up's latency outside the replica (`session.connect_latency_ms`)
+/// delays the session's first query, which is measured from the session's
+/// intended start, and costs the replica nothing.
+#[test]
+fn connect_latency_delays_the_first_query_and_costs_no_cpu() {
+    let costs = |wait: &str| format!("connect_cpu_ms = 5.0\nclose_cpu_ms = 2.0\nconnect_latency_ms = {wait}");
+    let (p95_none, cpu_none) = baseline_with_connection("latency-none", &costs("0.0"));
+    let (p95_wait, cpu_wait) = baseline_with_connection("latency-wait", &costs("40.0"));
+    assert!(p95_wait > p95_none + 30.0, "p95 {p95_wait} ms with a 40 ms wait against {p95_none} ms without");
+    assert!((cpu_wait - cpu_none).abs() < 0.05 * cpu_none, "CPU {cpu_wait} against {cpu_none}");
 }

@@ -22,6 +22,7 @@
 //! tears the cluster down; sessions open at the end are counted in flight,
 //! and a dropped query is never recorded.
 
+use super::clock;
 use crate::backend::live_metrics::{self, LiveMetrics};
 use crate::cluster::{Cluster, Fault};
 use crate::core::control::{Admission, Admitted, ControlEvent, Controller};
@@ -267,7 +268,7 @@ fn test_burn() -> Option<Duration> {
 async fn wait_until(ctx: &Ctx, t: Instant) -> bool {
     let mut stop = ctx.stop.clone();
     tokio::select! {
-        _ = sleep_until(t) => !ctx.stopped(),
+        _ = clock::sleep_until(t) => !ctx.stopped(),
         _ = stop.wait_for(|s| *s) => false,
     }
 }

@@ -5,6 +5,7 @@
 //! it what happens; neither decides routing, roles, health, admission or
 //! modes itself. The real clusters they run against are in `cluster`.
 
+pub(crate) mod clock;
 pub(crate) mod driver;
 pub(crate) mod live_metrics;
 pub(crate) mod sim;

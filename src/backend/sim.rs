@@ -453,6 +453,15 @@ impl Sim<'_, '_> {
         c.qseq
     }
 
+    /// The connection's set-up is done on the replica; nothing is in flight
+    /// until the first query (its wake-up sends it).
+    fn connected(&mut self, i: usize) {
+        if let State::Session { in_flight, connecting, .. } = &mut self.clients[i].state {
+            *in_flight = None;
+            *connecting = false;
+        }
+    }
+
     /// Puts the backend's exit (`close_cpu_ms`) on server `r` as work no
     /// client waits for: it takes CPU from the queries beside it.
     fn close_backend(&mut self, r: ReplicaId) {
@@ -518,9 +527,16 @@ impl Sim<'_, '_> {
             return;
         }
         if self.clients[c as usize].connecting() {
-            // Connected: the first query goes out now, still due at the
-            // session's intended start.
-            self.send(c as usize, r);
+            // Set up on the replica: after the set-up's latency outside it
+            // (`connect_latency_ms`), the first query goes out, still due
+            // at the session's intended start.
+            let wait_s = self.input.workload.session.connect_latency_ms / 1000.0;
+            if wait_s > 0.0 {
+                self.connected(c as usize);
+                self.at(self.now + wait_s, Ev::Wake(c));
+            } else {
+                self.send(c as usize, r);
+            }
         } else {
             self.finish_query(c as usize, r, None);
         }

@@ -93,8 +93,12 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
     }
     let connect = connect_cost(&c, &w.query[0], args.connects)?;
     eprintln!(
-        "plbbench: connection {:.2} ms CPU ({:.2} ms of it at close), set-up {:.2} ms wall",
-        connect.cpu_ms, connect.close_cpu_ms, connect.wall_ms
+        "plbbench: connection {:.2} ms CPU ({:.2} ms of it at close), set-up {:.2} ms wall one after another, {:.2} ms on an idle replica ({:.2} ms outside its CPU)",
+        connect.cpu_ms,
+        connect.close_cpu_ms,
+        connect.wall_ms,
+        connect.idle_wall_ms,
+        connect.latency_ms()
     );
     println!("template,class,connections,queries,qps,cpu_ms,cpu_fraction,p50_ms,p99_ms");
     let mut template = Vec::new();
@@ -249,7 +253,38 @@ fn connect_cost(c: &LocalCluster, q: &QueryTemplate, n: u32) -> Result<ConnectCo
         cpu_ms: per(setup_s + close_s),
         close_cpu_ms: per(close_s),
         wall_ms: per(wall.as_secs_f64()),
+        idle_wall_ms: round2(idle_connect_ms(&rt, c, q)?),
     })
+}
+
+/// Connections timed on an idle replica.
+const IDLE_CONNECTS: usize = 21;
+/// The pause before each of them: the previous backend has exited and the
+/// quota period has rolled over, so the set-up runs at full speed.
+const IDLE_GAP: Duration = Duration::from_millis(250);
+
+/// The median wall time of a set-up (connect, SCRAM, prepare, `SELECT 1`)
+/// on an idle replica whose quota is unspent, ms: what a session's first
+/// query waits beyond the set-up's CPU when nothing queues.
+fn idle_connect_ms(rt: &tokio::runtime::Runtime, c: &LocalCluster, q: &QueryTemplate) -> Result<f64, Error> {
+    let cfg = c.config(0);
+    let mut walls = rt.block_on(async {
+        let mut walls = Vec::new();
+        for _ in 0..IDLE_CONNECTS {
+            tokio::time::sleep(IDLE_GAP).await;
+            let t0 = Instant::now();
+            let (client, conn) = cfg.connect(tokio_postgres::NoTls).await.context("connecting to r1")?;
+            let task = tokio::spawn(conn);
+            crate::backend::driver::prepare(&client, q).await.with_context(|| format!("preparing {}", q.name))?;
+            client.simple_query("SELECT 1").await.context("SELECT 1")?;
+            walls.push(t0.elapsed().as_secs_f64() * 1000.0);
+            drop(client);
+            let _ = task.await;
+        }
+        Ok::<_, anyhow::Error>(walls)
+    })?;
+    walls.sort_by(f64::total_cmp);
+    Ok(walls[walls.len() / 2])
 }
 
 fn cpu(c: &LocalCluster) -> Result<f64, Error> {

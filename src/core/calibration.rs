@@ -68,8 +68,27 @@ pub struct ConnectCost {
     /// it was measured apart.
     #[serde(default)]
     pub close_cpu_ms: f64,
-    /// Wall time per connection as the client sees it, ms.
+    /// Wall time per connection as the client sees it, ms (one after
+    /// another, so the quota binds).
     pub wall_ms: f64,
+    /// Median wall time of a set-up on an idle replica with its quota
+    /// unspent (connections spaced apart), ms; what of it is not the
+    /// set-up's replica CPU is latency outside the replica (the client's
+    /// SCRAM, round trips). 0 in files written before it was measured.
+    #[serde(default)]
+    pub idle_wall_ms: f64,
+}
+
+impl ConnectCost {
+    /// Set-up latency outside the replica's CPU, ms: the idle wall time
+    /// less the set-up's CPU, never negative (0 when not measured).
+    pub fn latency_ms(&self) -> f64 {
+        if self.idle_wall_ms <= 0.0 {
+            return 0.0;
+        }
+        let set_up = self.cpu_ms - self.close_cpu_ms;
+        ((self.idle_wall_ms - set_up).max(0.0) * 100.0).round() / 100.0
+    }
 }
 
 /// One template's cost.
@@ -144,6 +163,7 @@ impl Calibration {
         }
         w.session.connect_cpu_ms = self.connect.cpu_ms - self.connect.close_cpu_ms;
         w.session.close_cpu_ms = self.connect.close_cpu_ms;
+        w.session.connect_latency_ms = self.connect.latency_ms();
         Ok(())
     }
 
@@ -154,7 +174,8 @@ impl Calibration {
             "# plbbench calibrate: one replica's costs under its CPU quota (design.md §3).\n\
              # cpu_ms is replica CPU per query at `connections` closed-loop connections;\n\
              # connect.cpu_ms is one connection's whole cost (connect, SCRAM, prepare, close),\n\
-             # connect.close_cpu_ms the part of it spent after the client closes.\n{body}"
+             # connect.close_cpu_ms the part of it spent after the client closes;\n\
+             # connect.idle_wall_ms a set-up's median wall time on an idle replica.\n{body}"
         )
     }
 }
@@ -180,6 +201,23 @@ mod tests {
         }
     }
 
+    /// The set-up's latency outside the replica is its idle wall time less
+    /// its CPU (the close is not waited for), never negative.
+    #[test]
+    fn connect_latency_is_the_idle_wall_less_the_set_up_cpu() {
+        let mut c = Calibration::parse(FILE).unwrap();
+        c.connect.cpu_ms = 7.0;
+        c.connect.close_cpu_ms = 2.0;
+        c.connect.idle_wall_ms = 6.61;
+        assert_eq!(c.connect.latency_ms(), 1.61);
+        let mut w = Workload::parse(DEFAULT).unwrap();
+        c.apply(&mut w).unwrap();
+        assert_eq!(w.session.connect_latency_ms, 1.61);
+        c.connect.idle_wall_ms = 4.0;
+        assert_eq!(c.connect.latency_ms(), 0.0, "a set-up faster than its CPU says is clamped");
+        assert_eq!(Calibration::parse(&c.to_toml()).unwrap(), c);
+    }
+
     #[test]
     fn round_trips_and_refuses_what_it_cannot_use() {
         let c = Calibration::parse(FILE).unwrap();
@@ -203,6 +241,7 @@ mod tests {
         assert_eq!(older.connect.close_cpu_ms, 0.0, "a file from before close was measured apart");
         older.apply(&mut w).unwrap();
         assert_eq!((w.session.connect_cpu_ms, w.session.close_cpu_ms), (c.connect.cpu_ms, 0.0));
+        assert_eq!((older.connect.idle_wall_ms, w.session.connect_latency_ms), (0.0, 0.0), "not measured: no latency");
         let unknown = format!("bogus = 1\n{FILE}");
         assert!(Calibration::parse(&unknown).unwrap_err().to_string().contains("bogus"));
     }

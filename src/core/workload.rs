@@ -93,6 +93,13 @@ pub struct SessionShape {
     /// waits for; sizing counts it as offered CPU.
     #[serde(default)]
     pub close_cpu_ms: f64,
+    /// Time a connection's set-up takes beyond the replica's CPU (the
+    /// client's side of SCRAM, round trips), ms: a set-up's wall time on an
+    /// idle replica less `connect_cpu_ms`, as `plbbench calibrate` measures
+    /// it (default 0). The simulator adds it as a wait before a session's
+    /// first query; it costs the replica nothing.
+    #[serde(default)]
+    pub connect_latency_ms: f64,
 }
 
 /// Client deadlines and retries, like real drivers and pools (design.md
@@ -246,6 +253,7 @@ impl Workload {
         for (field, v) in [
             ("session.connect_cpu_ms", self.session.connect_cpu_ms),
             ("session.close_cpu_ms", self.session.close_cpu_ms),
+            ("session.connect_latency_ms", self.session.connect_latency_ms),
         ] {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(invalid(field, "must be a non-negative number"));
@@ -429,6 +437,7 @@ mod tests {
             between_ms: 30_000.0,
             connect_cpu_ms: 0.0,
             close_cpu_ms: 0.0,
+            connect_latency_ms: 0.0,
         };
         for q in &mut w.query {
             q.cpu_ms = 1e-9;
