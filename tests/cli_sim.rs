@@ -113,7 +113,9 @@ fn bad_input_is_one_line_with_status_2() {
         (vec!["--replicas", "0"], "--replicas"),
         (vec!["--reference", "2,2,2"], "--reference"),
         (vec!["--reference", "2,1"], "--reference"),
-        (vec!["--split", "4:2"], "--split"),
+        (vec!["--strategy", "rr-split", "--split", "4:2"], "--split"),
+        (vec!["--strategy", "rr-split", "--split", "0:5"], "leaves Premium no replica"),
+        (vec!["--strategy", "rr-split", "--replicas", "1"], "leaves Freemium no replica"),
         (vec!["--time-scale", "0"], "--time-scale"),
         (vec!["--time-scale", "-1"], "--time-scale"),
         (vec!["--cpus", "0"], "--cpus"),
@@ -143,6 +145,31 @@ fn bad_input_is_one_line_with_status_2() {
     }
     assert!(!Path::new("/nonexistent-never-written").exists());
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The reference and the rr-split partitions follow K unless given, and
+/// each flag is read only by the strategy that uses it: K=7 runs with either
+/// strategy and only its own flag.
+#[test]
+fn k_derives_the_splits_and_each_flag_belongs_to_its_strategy() {
+    let cases: [(&[&str], &str, &str); 4] = [
+        (&["--strategy", "plb"], "3,1,3", "4:3"),
+        (&["--strategy", "plb", "--reference", "2,3,2", "--split", "9:9"], "2,3,2", "4:3"),
+        (&["--strategy", "rr-split"], "3,1,3", "4:3"),
+        (&["--strategy", "rr-split", "--split", "5:2", "--reference", "1,1,1"], "3,1,3", "5:2"),
+    ];
+    for (extra, reference, split) in cases {
+        let dir = tmp("k7");
+        let mut args = vec!["--replicas", "7", "--T", "200", "--faults", "none", "--time-scale", "0.1"];
+        args.extend_from_slice(extra);
+        let out = sim_run(&dir, &args);
+        assert!(out.status.success(), "{extra:?}: {}", text(&out.stderr));
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+        assert_eq!(summary["settings"]["reference"], reference, "{extra:?}");
+        assert_eq!(summary["settings"]["split"], split, "{extra:?}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }
 
 fn plbbench_default_workload() -> String {

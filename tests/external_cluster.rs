@@ -65,22 +65,8 @@ fn cascade_on_an_external_cluster_with_real_fault_commands() {
 
     // A replica without the dataset is refused (exit 1), naming it.
     let wrong = dsns[0].replace("dbname=plbbench", "dbname=postgres");
-    let bad = up.plbbench(&[
-        "run",
-        "--cluster",
-        "external",
-        "--replicas",
-        "1",
-        "--reference",
-        "0,1,0",
-        "--split",
-        "1:0",
-        "--dsn",
-        &wrong,
-        "--faults",
-        "none",
-        "-q",
-    ]);
+    let bad =
+        up.plbbench(&["run", "--cluster", "external", "--replicas", "1", "--dsn", &wrong, "--faults", "none", "-q"]);
     let err = String::from_utf8_lossy(&bad.stderr);
     assert_eq!(bad.status.code(), Some(1), "{err}");
     assert!(err.contains("dataset") && err.contains("r1"), "{err}");

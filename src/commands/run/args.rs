@@ -70,12 +70,12 @@ pub struct CommonArgs {
     /// Number of replicas K.
     #[arg(long, default_value_t = 5, value_name = "K")]
     pub replicas: usize,
-    /// PLB reference role split P,M,F (sum K).
-    #[arg(long, default_value = "2,1,2", value_name = "P,M,F")]
-    pub reference: String,
-    /// rr-split partition sizes Premium:Freemium (sum K).
-    #[arg(long, default_value = "3:2", value_name = "R:F")]
-    pub split: String,
+    /// PLB reference role split P,M,F (sum K; read only by plb) [default: the paper's 2,1,2 at K=5, scaled to K by the target-vector formula: 3,1,3 at K=7].
+    #[arg(long, value_name = "P,M,F")]
+    pub reference: Option<String>,
+    /// rr-split partition sizes Premium:Freemium (sum K, each at least 1; read only by rr-split) [default: 3:2 at K=5, the same proportion at K: 4:3 at K=7].
+    #[arg(long, value_name = "R:F")]
+    pub split: Option<String>,
     /// Workload file [default: workloads/analytics.toml, built in].
     #[arg(long, value_name = "FILE")]
     pub workload: Option<PathBuf>,

@@ -209,7 +209,7 @@ impl Plan {
     pub fn new(args: RunArgs) -> Result<Plan, Error> {
         let c = &args.common;
         let premium_pct = parse_mix(&args.mix)?;
-        let (reference, split) = check_numbers(c)?;
+        let (reference, split) = check_numbers(c, args.strategy)?;
         if args.recovery != Recovery::None && args.strategy != Strategy::Plb {
             return Err(input(
                 "--recovery",
@@ -252,7 +252,7 @@ impl Plan {
             strategy: args.strategy,
             replicas: c.replicas,
             reference,
-            split: (split[0], split[1]),
+            split,
             theta,
             alpha: workload.router.alpha,
             mixed_bounded: workload.router.mixed_bounded,
@@ -320,17 +320,49 @@ pub fn variant(strategy: Strategy, detection: Detection, recovery: Recovery, adm
     name
 }
 
-/// The counts and splits: T, K, the reference and rr-split partitions, the
-/// time scale and the CPU budget.
-fn check_numbers(c: &CommonArgs) -> Result<(RoleVector, Vec<usize>), Error> {
+/// PLB's reference split at `k` replicas when `--reference` is not given:
+/// the paper's 2,1,2 at K=5 scaled to `k` by the target-vector formula
+/// (design.md §2), so K=5 keeps 2,1,2 and K=7 gets 3,1,3.
+pub fn default_reference(k: usize) -> RoleVector {
+    crate::core::roles::target(k, [2, 1, 2], 5)
+}
+
+/// rr-split's partitions at `k` replicas when `--split` is not given: the
+/// 3:2 of K=5 in the same proportion (Premium round(3K/5), at least one
+/// replica each when K allows): 4:3 at K=7.
+pub fn default_split(k: usize) -> (usize, usize) {
+    let p = ((6 * k + 5) / 10).clamp(1, k.saturating_sub(1).max(1));
+    (p, k - p)
+}
+
+/// The counts and splits: T, K, the reference and rr-split partitions (each
+/// read from its flag only for the strategy that uses it, else derived from
+/// K), the time scale and the CPU budget.
+fn check_numbers(c: &CommonArgs, strategy: Strategy) -> Result<(RoleVector, (usize, usize)), Error> {
     if c.clients == 0 {
         return Err(input("--T", "must be at least 1 client"));
     }
     if c.replicas == 0 {
         return Err(input("--replicas", "must be at least 1"));
     }
-    let reference = parse_reference(&c.reference, c.replicas)?;
-    let split = parse_parts("--split", &c.split, ':', 2, c.replicas)?;
+    let reference = match (&c.reference, strategy) {
+        (Some(s), Strategy::Plb) => parse_reference(s, c.replicas)?,
+        _ => default_reference(c.replicas),
+    };
+    let split = match (&c.split, strategy) {
+        (Some(s), Strategy::RrSplit) => {
+            let v = parse_parts("--split", s, ':', 2, c.replicas)?;
+            (v[0], v[1])
+        }
+        _ => default_split(c.replicas),
+    };
+    if strategy == Strategy::RrSplit && (split.0 == 0 || split.1 == 0) {
+        let class = if split.0 == 0 { "Premium" } else { "Freemium" };
+        return Err(input(
+            "--split",
+            format!("{}:{} leaves {class} no replica; rr-split needs at least one per class", split.0, split.1),
+        ));
+    }
     if !(c.time_scale.is_finite() && c.time_scale > 0.0) {
         return Err(input("--time-scale", format!("must be a positive number, got {}", c.time_scale)));
     }
@@ -441,6 +473,23 @@ fn refuse_partition_on_local(name: &str, events: &[FaultEvent]) -> Result<(), Er
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The derived splits keep K=5's 2,1,2 and 3:2, sum to K, and give
+    /// rr-split a replica per class whenever K allows.
+    #[test]
+    fn splits_derived_from_k() {
+        assert_eq!(default_reference(5), [2, 1, 2]);
+        assert_eq!(default_reference(7), [3, 1, 3]);
+        assert_eq!(default_split(5), (3, 2));
+        assert_eq!(default_split(7), (4, 3));
+        assert_eq!(default_split(2), (1, 1));
+        for k in 1..=40 {
+            assert_eq!(default_reference(k).iter().sum::<usize>(), k, "K={k}");
+            let (p, f) = default_split(k);
+            assert_eq!(p + f, k, "K={k}");
+            assert!(k < 2 || (p >= 1 && f >= 1), "K={k}: {p}:{f}");
+        }
+    }
 
     #[test]
     fn load_sets_the_pause_between_sessions_to_offer_that_share_of_the_cluster() {
