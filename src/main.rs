@@ -24,12 +24,17 @@ fn main() {
     }
 }
 
-/// clap's first line, plus the valid values when it knows them.
+/// clap's first line, plus its suggestion ("did you mean") or the valid
+/// values when it knows them.
 fn one_line(e: &clap::Error) -> String {
     let text = e.render().to_string();
     let first = text.lines().next().unwrap_or("error: invalid arguments").trim().to_string();
-    match e.get(ContextKind::ValidValue) {
-        Some(v) => format!("{first} (possible values: {})", v.to_string().replace(['[', ']'], "")),
-        None => format!("{first} (see --help)"),
+    let list = |v: &clap::error::ContextValue| v.to_string().replace(['[', ']'], "");
+    let suggested = e.get(ContextKind::SuggestedArg).or_else(|| e.get(ContextKind::SuggestedValue));
+    match (suggested, e.get(ContextKind::ValidValue)) {
+        (Some(s), Some(v)) => format!("{first} (did you mean `{}`? possible values: {})", list(s), list(v)),
+        (Some(s), None) => format!("{first} (did you mean `{}`?)", list(s)),
+        (None, Some(v)) => format!("{first} (possible values: {})", list(v)),
+        (None, None) => format!("{first} (see --help)"),
     }
 }

@@ -110,8 +110,16 @@ fn archive_lists_runs_and_experiments_newest_first_with_working_links() {
     std::fs::create_dir_all(root.join(".x.tmp-1")).unwrap();
     std::fs::copy(root.join("old-plb-25:75/summary.json"), root.join(".x.tmp-1/summary.json")).unwrap();
 
+    // A folder this version cannot read is named on stderr, not listed.
+    std::fs::create_dir_all(root.join("broken")).unwrap();
+    std::fs::write(root.join("broken/summary.json"), "{").unwrap();
+
     let o = ok(plbbench_in(&tmp.0, &["archive", "--root", root.to_str().unwrap()]));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("(3 folders)"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("(3 folders)"), "{err}");
+    let skipped: Vec<&str> = err.lines().filter(|l| l.starts_with("plbbench: archive: skipped ")).collect();
+    assert_eq!(skipped.len(), 1, "{err}");
+    assert!(skipped[0].contains("broken/summary.json") && skipped[0].contains("does not parse"), "{err}");
     let html = std::fs::read_to_string(root.join("index.html")).unwrap();
     let links = links(&html);
     assert_eq!(

@@ -64,6 +64,9 @@ pub fn rebuild(root: &Path) -> Result<(PathBuf, usize), Error> {
     let mut entries = Vec::new();
     let mut skipped = Vec::new();
     scan(root, root, 0, &mut entries, &mut skipped);
+    for why in &skipped {
+        eprintln!("plbbench: archive: skipped {why}");
+    }
     entries.sort_by(|a, b| b.sort_key.cmp(&a.sort_key).then_with(|| a.name.cmp(&b.name)));
     let n = entries.len();
     let page = Page { root: root.display().to_string(), entries, skipped, version: env!("CARGO_PKG_VERSION") };

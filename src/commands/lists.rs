@@ -34,8 +34,20 @@ pub fn closed<T: ValueEnum>(flag: &str, noun: &str, s: &str) -> Result<T, Error>
             .filter_map(|v| v.to_possible_value())
             .map(|p| p.get_name().to_string())
             .collect();
-        input(flag, format!("unknown {noun} `{s}` (expected {})", names.join(", ")))
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        input(flag, format!("unknown {noun} `{s}`{} (expected {})", did_you_mean(s, &names), names.join(", ")))
     })
+}
+
+/// ", did you mean `x`?" for the name closest to `got`, when one is close
+/// (Jaro similarity above 0.7, as clap suggests flags); else nothing.
+pub fn did_you_mean(got: &str, names: &[&str]) -> String {
+    let got = got.trim().to_lowercase();
+    let best = names.iter().map(|n| (strsim::jaro(&got, n), *n)).max_by(|a, b| a.0.total_cmp(&b.0));
+    match best {
+        Some((score, name)) if score > 0.7 => format!(", did you mean `{name}`?"),
+        _ => String::new(),
+    }
 }
 
 #[cfg(test)]
@@ -45,6 +57,15 @@ mod tests {
 
     fn list(items: &[&str]) -> Vec<String> {
         items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn suggests_the_closest_name_only_when_close() {
+        let names = ["premium-fault", "cascade", "gray-pause"];
+        assert_eq!(did_you_mean("cascde", &names), ", did you mean `cascade`?");
+        assert_eq!(did_you_mean(" Gray-Paus ", &names), ", did you mean `gray-pause`?");
+        assert_eq!(did_you_mean("xyz", &names), "");
+        assert_eq!(did_you_mean("cascade", &[]), "");
     }
 
     #[test]

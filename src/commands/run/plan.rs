@@ -380,7 +380,11 @@ fn fault_events(name: &str, workload: &Workload, replicas: usize) -> Result<Vec<
         None => {
             return Err(input(
                 "--faults",
-                format!("`{name}` is neither a preset ({}) nor a file", faults::PRESETS.join(", ")),
+                format!(
+                    "`{name}` is neither a preset nor a file{} (presets: {})",
+                    crate::commands::lists::did_you_mean(name, &faults::PRESETS),
+                    faults::PRESETS.join(", ")
+                ),
             ))
         }
     };
