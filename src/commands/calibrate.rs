@@ -226,11 +226,7 @@ fn connect_cost(c: &LocalCluster, q: &QueryTemplate, n: u32) -> Result<ConnectCo
         let open = rt.block_on(async {
             let mut open = Vec::new();
             for _ in 0..batch {
-                let (client, conn) = cfg.connect(tokio_postgres::NoTls).await.context("connecting to r1")?;
-                let task = tokio::spawn(conn);
-                crate::backend::driver::prepare(&client, q).await.with_context(|| format!("preparing {}", q.name))?;
-                client.simple_query("SELECT 1").await.context("SELECT 1")?;
-                open.push((client, task));
+                open.push(set_up(&cfg, q).await?);
             }
             Ok::<_, anyhow::Error>(open)
         })?;
@@ -257,6 +253,19 @@ fn connect_cost(c: &LocalCluster, q: &QueryTemplate, n: u32) -> Result<ConnectCo
     })
 }
 
+/// One connection's set-up as calibrate measures it: connect, SCRAM, a
+/// prepare of `q` and `SELECT 1`; returns the client and its connection task.
+async fn set_up(
+    cfg: &tokio_postgres::Config,
+    q: &QueryTemplate,
+) -> anyhow::Result<(tokio_postgres::Client, tokio::task::JoinHandle<Result<(), tokio_postgres::Error>>)> {
+    let (client, conn) = cfg.connect(tokio_postgres::NoTls).await.context("connecting to r1")?;
+    let task = tokio::spawn(conn);
+    crate::backend::driver::prepare(&client, q).await.with_context(|| format!("preparing {}", q.name))?;
+    client.simple_query("SELECT 1").await.context("SELECT 1")?;
+    Ok((client, task))
+}
+
 /// Connections timed on an idle replica.
 const IDLE_CONNECTS: usize = 21;
 /// The pause before each of them: the previous backend has exited and the
@@ -273,10 +282,7 @@ fn idle_connect_ms(rt: &tokio::runtime::Runtime, c: &LocalCluster, q: &QueryTemp
         for _ in 0..IDLE_CONNECTS {
             tokio::time::sleep(IDLE_GAP).await;
             let t0 = Instant::now();
-            let (client, conn) = cfg.connect(tokio_postgres::NoTls).await.context("connecting to r1")?;
-            let task = tokio::spawn(conn);
-            crate::backend::driver::prepare(&client, q).await.with_context(|| format!("preparing {}", q.name))?;
-            client.simple_query("SELECT 1").await.context("SELECT 1")?;
+            let (client, task) = set_up(&cfg, q).await?;
             walls.push(t0.elapsed().as_secs_f64() * 1000.0);
             drop(client);
             let _ = task.await;
