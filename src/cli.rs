@@ -12,6 +12,7 @@ use crate::commands::compare::CompareArgs;
 use crate::commands::experiment::ExperimentArgs;
 use crate::commands::roles::RolesArgs;
 use crate::commands::run::args::RunArgs;
+use crate::commands::shell::{CompletionsArgs, ManArgs};
 use clap::{Parser, Subcommand};
 
 /// plbbench: how a replicated PostgreSQL service degrades when replicas fail,
@@ -37,7 +38,7 @@ pub enum Command {
     Experiment(ExperimentArgs),
     /// Run the same grid on the simulator and on a real backend; write the sim-vs-real table (goodput, p95) and its agreement fractions.
     Agreement(AgreementArgs),
-    /// Measure one replica's costs under its CPU quota (queries at several concurrencies, connection set-up) into a calibration file.
+    /// Measure a replica's costs under its CPU quota with the cluster loaded (queries at several concurrencies and at a run's, connection set-up) into a calibration file.
     Calibrate(CalibrateArgs),
     /// Compare run or experiment folders side by side; with --threshold, exit 1 on a regression.
     Compare(CompareArgs),
@@ -47,4 +48,8 @@ pub enum Command {
     Bench(BenchArgs),
     /// Build the docker backend's PostgreSQL image from Debian packages (no registry needed).
     Image(ImageArgs),
+    /// Print a shell completion script on stdout.
+    Completions(CompletionsArgs),
+    /// Print the man page (roff) of plbbench or of one subcommand on stdout.
+    Man(ManArgs),
 }

@@ -22,11 +22,12 @@ pub(crate) mod report;
 pub(crate) mod stats;
 
 use cli::{Cli, Command};
-use commands::{archive, bench, cluster as cluster_cmd, compare, experiment, roles, run as run_cmd};
+use commands::{archive, bench, cluster as cluster_cmd, compare, experiment, roles, run as run_cmd, shell};
 pub use error::Error;
 
 /// Runs one command; output goes to stdout, progress and notes to stderr.
 pub fn run(cli: Cli) -> Result<(), Error> {
+    commands::reap::orphans();
     match cli.command {
         Command::Run(args) => run_cmd::run(args),
         Command::Roles(args) => roles::roles(args),
@@ -38,5 +39,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Archive(args) => archive::archive(args),
         Command::Bench(args) => bench::bench(args),
         Command::Image(args) => cluster_cmd::image(args),
+        Command::Completions(args) => shell::completions(args, <Cli as clap::CommandFactory>::command()),
+        Command::Man(args) => shell::man(args, <Cli as clap::CommandFactory>::command()),
     }
 }

@@ -1,9 +1,22 @@
 //! The one progress bar and status-line helper on stderr: a run's bar
 //! counts seconds, an experiment's counts runs, and a note printed while a
-//! bar is drawn goes above it instead of through it. A leaf module with no
-//! crate imports, so every layer that shows progress may use it.
+//! bar is drawn goes above it instead of through it. Where stderr is not a
+//! terminal (a log, CI), `--progress auto` prints status lines instead, as
+//! pgbench `-P` and k6 do. A leaf module with no crate imports, so every
+//! layer that shows progress may use it.
 
 use indicatif::{ProgressBar, ProgressStyle};
+
+/// What is shown, once `--progress auto` and `--quiet` are resolved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shown {
+    /// The bar.
+    Bar,
+    /// Status lines.
+    Lines,
+    /// Nothing.
+    Nothing,
+}
 
 /// A bar of `len` steps named `unit` in its counter (`s`, `runs  eta {eta}`),
 /// followed by the bar's message; hidden when `show` is false or there is

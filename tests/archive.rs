@@ -175,3 +175,76 @@ fn runs_under_reports_refresh_the_index_and_a_failed_refresh_only_warns() {
     assert!(err.contains("warning: cannot refresh reports/index.html"), "{err}");
     assert!(tmp.0.join("reports/c/summary.json").is_file());
 }
+
+/// The folders under `dir` that compare reads: each holding summary.json,
+/// experiment.json or experiment.csv (an experiment's runs included).
+fn result_folders(dir: &Path, out: &mut Vec<PathBuf>) {
+    if ["summary.json", "experiment.json", "experiment.csv"].iter().any(|f| dir.join(f).is_file()) {
+        out.push(dir.to_path_buf());
+    }
+    let mut children: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().map(|e| e.path()).collect();
+    children.sort();
+    for c in children.into_iter().filter(|c| c.is_dir()) {
+        result_folders(&c, out);
+    }
+}
+
+/// Results stay readable (design.md §5): every folder committed under
+/// reports/examples/, whichever version wrote it, compares (against
+/// itself, as JSON) and is listed by archive with nothing skipped; a
+/// summary.json from a newer plbbench is refused with one line naming the
+/// field, not misread.
+#[test]
+fn every_committed_example_folder_compares_and_archives() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/examples");
+    let mut folders = Vec::new();
+    result_folders(&examples, &mut folders);
+    assert!(folders.len() >= 150, "found {} folders", folders.len());
+    let mut bad = Vec::new();
+    for f in &folders {
+        let d = f.to_str().unwrap();
+        let o = plbbench_in(&examples, &["compare", d, d, "--format", "json"]);
+        let parsed = serde_json::from_slice::<serde_json::Value>(&o.stdout);
+        if !o.status.success() || parsed.is_err() {
+            bad.push(format!("{d}: exit {:?}: {}", o.status.code(), String::from_utf8_lossy(&o.stderr)));
+        }
+    }
+    assert!(bad.is_empty(), "{} of {} folders do not compare:\n{}", bad.len(), folders.len(), bad.join("\n"));
+
+    // archive writes index.html into its root: a copy of the examples.
+    let tmp = Tmp::new("examples");
+    let copy = tmp.0.join("examples");
+    copy_tree(&examples, &copy);
+    let o = ok(plbbench_in(&tmp.0, &["archive", "--root", "examples"]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("skipped"), "{err}");
+    let html = std::fs::read_to_string(copy.join("index.html")).unwrap();
+    for top in std::fs::read_dir(&examples).unwrap().flatten().filter(|e| e.path().is_dir()) {
+        let name = top.file_name().into_string().unwrap();
+        assert!(html.contains(&format!("./{name}/")), "archive does not list {name}");
+    }
+
+    let newer = tmp.0.join("newer");
+    std::fs::create_dir_all(&newer).unwrap();
+    let run = folders.iter().find(|f| f.join("summary.json").is_file()).unwrap();
+    let text = std::fs::read_to_string(run.join("summary.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["schema_version"] = 99.into();
+    std::fs::write(newer.join("summary.json"), v.to_string()).unwrap();
+    let o = plbbench_in(&tmp.0, &["compare", "newer"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("field `schema_version`: 99 is newer") && err.trim().lines().count() == 1, "{err}");
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        if src.is_dir() {
+            copy_tree(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}

@@ -62,6 +62,88 @@ fn sim_run_writes_every_file_and_is_reproducible() {
     }
 }
 
+/// `run --format json`: one JSON object on stdout naming the folder, its
+/// report and the failed checks, with the whole summary.json (versioned);
+/// the text table is not printed.
+#[test]
+fn format_json_prints_one_object_for_scripts() {
+    let dir = tmp("json");
+    let out = sim_run(&dir, &["--T", "200", "--faults", "cascade", "--time-scale", "0.2", "--format", "json"]);
+    assert_eq!(out.status.code(), Some(1), "time-scaled phases fail the phase-length check: {}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+    assert_eq!(v["out"], dir.to_str().unwrap());
+    assert_eq!(v["report"], dir.join("report.html").to_str().unwrap());
+    assert_eq!(v["summary"], summary_of(&dir), "the summary is summary.json's");
+    assert_eq!(v["summary"]["schema_version"], 1);
+    let failed: Vec<&str> = v["failed_checks"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
+    assert!(failed.contains(&"phase length"), "{failed:?}");
+    assert!(!text(&out.stdout).contains("goodput_qps  retention"), "no text table");
+}
+
+/// `--duration` scales the whole timeline to the asked length (k6's
+/// spelling); zero and a --time-scale beside it are refused.
+#[test]
+fn duration_sets_the_time_scale() {
+    let dir = tmp("duration");
+    let out = sim_run(&dir, &["--T", "200", "--faults", "cascade", "--duration", "1m", "--checks", "warn"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = summary_of(&dir);
+    assert_eq!(s["settings"]["time_scale"], 0.2, "60 s of the workload's 300 s");
+    let phases = s["phases"].as_array().unwrap();
+    let end = phases.iter().map(|p| p["end_s"].as_f64().unwrap()).fold(0.0, f64::max);
+    assert!((end - 60.0).abs() < 1e-6, "the run ends at {end} s");
+    for (args, field) in
+        [(&["--duration", "0s"][..], "--duration"), (&["--duration", "1m", "--time-scale", "0.5"], "--time-scale")]
+    {
+        let out = sim_run(&tmp("duration-bad"), args);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.trim().lines().count() == 1 && err.contains(field), "{args:?}: {err}");
+    }
+}
+
+/// `run --dry-run` prints the resolved plan, as text or JSON, starts
+/// nothing and writes nothing, even for a local cluster.
+#[test]
+fn dry_run_prints_the_plan_and_starts_nothing() {
+    let dir = tmp("dry");
+    let out =
+        plbbench(&["run", "--dry-run", "--cluster", "local", "--faults", "cascade", "--out", dir.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        stdout.starts_with("plb · mix 25:75 · T=1000 · faults cascade · local cluster · K=5 · C=0.3 · 300 s"),
+        "{stdout}"
+    );
+    for want in ["offered CPU: ", "theta ", "  baseline ", "  down2 ", "r1  Down", "would write "] {
+        assert!(stdout.contains(want), "no `{want}`:\n{stdout}");
+    }
+    assert!(!dir.exists(), "a dry run wrote its folder");
+    let out = plbbench(&["run", "--dry-run", "--cluster", "sim", "--format", "json", "--duration", "150s"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["settings"]["time_scale"], 0.5);
+    assert_eq!(v["faults"].as_array().unwrap().len(), 2, "premium-fault: a Down and a Rejoin: {v}");
+    let u = v["offered_utilisation"].as_f64().unwrap();
+    assert!(u > 0.05 && u < 1.0, "{u}");
+}
+
+/// Completions and man pages come from the same definition as --help.
+#[test]
+fn completions_and_man_pages_name_every_flag() {
+    let out = plbbench(&["completions", "bash"]);
+    let bash = text(&out.stdout);
+    assert!(out.status.success() && bash.contains("_plbbench()") && bash.contains("--time-scale"), "{bash}");
+    let out = plbbench(&["man", "run"]);
+    let page = text(&out.stdout);
+    assert!(out.status.success() && page.contains(".TH plbbench"), "{page}");
+    for flag in ["strategy", "progress", "duration", "dry\\-run", "format"] {
+        assert!(page.contains(&format!("\\-\\-{flag}")), "no --{flag} in:\n{page}");
+    }
+    let out = plbbench(&["man", "runn"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("SUBCOMMAND"), "{}", text(&out.stderr));
+}
+
 #[test]
 fn existing_folder_needs_force() {
     let a = tmp("force");

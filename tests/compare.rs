@@ -218,8 +218,12 @@ fn json_parses_and_carries_the_deltas() {
             assert!((d["pct"].as_f64().unwrap() - (n / b - 1.0) * 100.0).abs() < 1e-9);
         }
         let better_higher = ["goodput_qps", "retention"].contains(&metric);
+        // A change under 2% between single runs is noise (the stated band).
+        let pct = if b != 0.0 { ((n / b - 1.0) * 100.0).abs() } else { f64::INFINITY };
         let want = if n == b {
             "same"
+        } else if pct < 2.0 {
+            "noise"
         } else if metric == "cpu_mean" {
             "changed"
         } else if (n > b) == better_higher {

@@ -101,7 +101,27 @@ fn mtimes(root: &Path) -> BTreeMap<String, SystemTime> {
 #[test]
 fn grid_writes_runs_and_medians_of_their_phases() {
     let root = tmp("grid");
-    small_grid(&root, &[]);
+    let o = small_grid(&root, &[]);
+    // stderr is not a terminal: a status line per run instead of the bar.
+    let err = String::from_utf8_lossy(&o.stderr);
+    for (i, name) in RUNS.iter().enumerate() {
+        assert!(err.contains(&format!("plbbench: run {}/6 ", i + 1)), "{err}");
+        assert!(err.contains(&format!(" {name} done in ")), "{err}");
+    }
+    // The terminal summary covers every cell and class, RQ tables or not.
+    let out = String::from_utf8_lossy(&o.stdout);
+    for strategy in ["plb", "rr"] {
+        for class in ["P", "F"] {
+            let line = out.lines().find(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                w.len() == 10 && w[..5] == ["cascade", "25:75", strategy, class, "3"]
+            });
+            let w: Vec<&str> =
+                line.unwrap_or_else(|| panic!("no {strategy} {class} line:\n{out}")).split_whitespace().collect();
+            assert!(w[5].parse::<f64>().unwrap() > 0.0, "{w:?}");
+            assert!(["down1", "down2", "rejoin1", "rejoin2"].contains(&w[7]), "{w:?}");
+        }
+    }
     let entries = std::fs::read_dir(root.join("runs")).unwrap();
     let mut found: Vec<String> = entries.map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
     found.sort();

@@ -5,7 +5,12 @@
 //! 0/1 health, one role per healthy replica, session counts within T,
 //! counters that never go back), the health gauges must show the cascade's
 //! Downs, and the last scrape must agree with the run folder's own counts.
-//! Needs PostgreSQL (scripts/install-postgres.sh); bounded by RUN_LIMIT.
+//! Beside it a real Prometheus (Debian's, scripts/install-prometheus.sh)
+//! scrapes the endpoint every second; its HTTP API must give back each
+//! class's completed queries (within the last second's of the folder's)
+//! and a p95 from the latency histogram in the range of the run's own.
+//! Needs PostgreSQL (scripts/install-postgres.sh) and prometheus; bounded
+//! by RUN_LIMIT.
 
 mod common;
 use common::have_postgres;
@@ -38,6 +43,86 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// A Prometheus server on a free loopback port scraping `target` every
+/// second, with its storage in `dir`; killed on drop.
+struct Prometheus {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Prometheus {
+    fn start(dir: &std::path::Path, target: &str) -> Prometheus {
+        std::fs::create_dir_all(dir).unwrap();
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: plbbench\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .unwrap();
+        let port = free_port();
+        let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+        let child = std::process::Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("Debian's prometheus is not installed: run scripts/install-prometheus.sh (scripts/setup.sh does)");
+        let p = Prometheus { child, port };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while http_get(port, "/-/ready").is_none_or(|(status, _)| !status.contains("200")) {
+            assert!(std::time::Instant::now() < deadline, "prometheus not ready after 30 s");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        p
+    }
+
+    /// An instant query's result: label value of `by` -> value.
+    fn query(&self, promql: &str, by: &str) -> BTreeMap<String, f64> {
+        let path = format!("/api/v1/query?query={}", encode(promql));
+        let (status, body) = http_get(self.port, &path).expect("prometheus answers");
+        assert!(status.contains("200"), "{status}: {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v["data"]["result"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["metric"][by].as_str().unwrap().to_string(), r["value"][1].as_str().unwrap().parse().unwrap()))
+            .collect()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A GET on 127.0.0.1:port: the status line and the body.
+fn http_get(port: u16, path: &str) -> Option<(String, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes()).ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    Some((head.lines().next()?.to_string(), body.to_string()))
+}
+
+/// Percent-encodes a query string value.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 fn sum(s: &Scrape, prefix: &str) -> f64 {
     s.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, v)| v).sum()
 }
@@ -51,6 +136,7 @@ fn metrics_endpoint_serves_plausible_values_during_a_real_run() {
     let sb = Sandbox::new("metrics");
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
+    let prometheus = Prometheus::start(&sb.root.join("prometheus"), &addr);
     let mut run = Running::start(
         &sb,
         "cascade",
@@ -104,6 +190,32 @@ fn metrics_endpoint_serves_plausible_values_during_a_real_run() {
     assert!(last["plbbench_degradation_transitions_total"] <= mode_events);
     let rejected: f64 = f.phases.iter().map(|r| num(r, "rejected")).sum();
     assert!(sum(last, "plbbench_degradation_rejections_total") <= rejected);
+    // Prometheus kept every class's goodput and latency: its last sample of
+    // the counters is at most ~1 s before the end, and the p95 of the whole
+    // run's histogram (buckets a factor 2 apart) lies in the range of the
+    // folder's per-phase p95s, widened by a bucket each way.
+    // The target is gone now and its series are marked stale, so each
+    // query takes the last value over the run (max_over_time: the counters
+    // only grow).
+    let ok = prometheus.query("sum by (class) (max_over_time(plbbench_queries_total{outcome=\"ok\"}[10m]))", "class");
+    let p95 = prometheus.query(
+        "histogram_quantile(0.95, sum by (le, class) (max_over_time(plbbench_query_latency_seconds_bucket[10m]))) * 1000",
+        "class",
+    );
+    for (class, short) in [("premium", "P"), ("freemium", "F")] {
+        let rows: Vec<_> = f.phases.iter().filter(|r| r["class"] == short).collect();
+        let completed: f64 = rows.iter().map(|r| num(r, "completed")).sum();
+        let got = ok.get(class).copied().unwrap_or(0.0);
+        assert!(
+            got >= 0.9 * completed && got <= completed * 1.01 + 50.0,
+            "{class}: prometheus {got}, folder {completed}"
+        );
+        let phase_p95: Vec<f64> = rows.iter().filter(|r| r["phase"] != "warmup").map(|r| num(r, "p95_ms")).collect();
+        let (lo, hi) = phase_p95.iter().fold((f64::MAX, 0.0f64), |(lo, hi), &p| (lo.min(p), hi.max(p)));
+        let got = p95[class];
+        assert!(got >= lo / 2.0 && got <= hi * 2.0, "{class}: prometheus p95 {got} ms, the folder's {phase_p95:?}");
+        eprintln!("prometheus: {class} {} ok queries (folder {completed}), p95 {got:.1} ms", ok[class]);
+    }
     eprintln!(
         "{} scrapes; last: mode {}, transitions {}, rejections {}; folder: {mode_events} mode changes, {rejected} rejected",
         scrapes.len(),

@@ -18,7 +18,9 @@
 //!   run folder and the same cleanup, and a second signal stops at once;
 //! - an overloaded run (sessions time out connecting in the baseline) still
 //!   writes its folder and cleans up, then exits 1 naming each failed
-//!   validity check, with the red banner at the top of report.html.
+//!   validity check, with the red banner at the top of report.html;
+//! - a SIGKILLed run leaves its cluster, and the next plbbench command (any
+//!   of them) removes it: servers, cgroups and state directory.
 //!
 //! Needs PostgreSQL's server binaries (scripts/install-postgres.sh installs
 //! them); set `PLBBENCH_SKIP_PG=1` to skip on a machine without them. The
@@ -184,7 +186,7 @@ fn fault_run() -> &'static FaultRun {
     RUN.get_or_init(|| {
         let _one = serial();
         let sb = Sandbox::new("fault");
-        let mut run = Running::start(&sb, "premium-fault", &["--time-scale", "0.2", "--raw"]);
+        let mut run = Running::start(&sb, "premium-fault", &["--time-scale", "0.2", "--raw", "--progress", "lines"]);
         let status = run.finish(RUN_LIMIT);
         let wall = run.started.elapsed();
         let ids: BTreeSet<String> = run
@@ -248,6 +250,15 @@ fn fault_run_writes_a_complete_consistent_folder() {
     let g = &s["generator"];
     assert!(g["saturated"].is_boolean() && g["lag_samples"].as_u64().is_some_and(|n| n > 100), "{g}");
     assert!(s["verdicts"].as_array().unwrap().iter().any(|v| v["name"] == "generator not saturated"), "{s}");
+    // --progress lines: a status line every 5 s of the 60 s run, each with
+    // both classes' goodput and the replicas up.
+    let status: Vec<&str> = run.stderr.lines().filter(|l| l.contains("/60 s  P ")).collect();
+    assert!((10..=13).contains(&status.len()), "{} status lines:\n{}", status.len(), run.stderr);
+    assert!(
+        status.iter().all(|l| l.starts_with("plbbench: ") && l.contains(" q/s p95 ") && l.contains("  up ")),
+        "{status:?}"
+    );
+    assert!(status.iter().any(|l| l.contains("up 4/5")), "the Down of r1 shows: {status:?}");
 }
 
 #[test]
@@ -476,4 +487,38 @@ fn overloaded_run_fails_its_checks_with_exit_1_and_a_banner() {
     assert!(banner.contains(&format!("FAILED {} OF", failed.len())) && banner.contains("<b>time-outs</b>"), "{banner}");
     let enforced = s["environment"]["cpu_budget_enforced"].as_bool().expect("cpu_budget_enforced");
     assert_cleaned_up(&sb, &run.seen, enforced);
+}
+
+/// SIGKILL runs no handler: the cluster outlives plbbench (its servers,
+/// cgroups and state), and the next plbbench command, whatever it is,
+/// finds the owner gone and removes all of it, saying so.
+#[test]
+fn sigkill_leaves_an_orphan_that_the_next_command_removes() {
+    if !have_postgres() {
+        return;
+    }
+    let _one = serial();
+    let sb = Sandbox::new("sigkill");
+    let mut run = Running::start(&sb, "none", &["--time-scale", "0.2"]);
+    if let Some(st) = run.poll(RUN_LIMIT, |o| o.replicas_up.is_some()) {
+        panic!("run exited ({st}) before its cluster was up:\n{}", sb.stderr());
+    }
+    kill(run.pid(), Signal::SIGKILL).unwrap();
+    let status = run.finish(RUN_LIMIT);
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9), "{status}");
+    let cgroups = run.seen.cgroups.clone();
+    assert!(!processes_in(&sb.run_dir()).is_empty(), "nothing outlived the SIGKILL: this test shows nothing");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_plbbench"))
+        .arg("roles")
+        .env("PLBBENCH_STATE_DIR", sb.state_dir())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("removed the cluster a killed plbbench left in"), "{err}");
+    assert!(processes_in(&sb.run_dir()).is_empty(), "left: {:?}", processes_in(&sb.run_dir()));
+    assert!(!sb.run_dir().exists(), "the state directory is still there");
+    for cg in cgroups {
+        assert!(!cg.exists(), "cgroup {} is still there", cg.display());
+    }
 }

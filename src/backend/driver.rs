@@ -88,8 +88,8 @@ pub struct DriverInput {
     pub cpus: f64,
     /// Probe interval; `None`: no probes (oracle detection).
     pub probe_interval: Option<Duration>,
-    /// Show a progress bar.
-    pub progress: bool,
+    /// What progress to show: the bar, or status lines from the collector.
+    pub progress: crate::progress::Shown,
     /// `--metrics-addr`: the bound listener to serve Prometheus metrics on.
     pub metrics: Option<std::net::TcpListener>,
 }
@@ -302,14 +302,15 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
     });
     refresh_live(&ctx);
     let server = input.metrics.zip(ctx.live.clone()).map(|(l, m)| tokio::spawn(live_metrics::serve(l, m)));
-    let collecting = tokio::spawn(collect(rx, collector));
+    let lines = (input.progress == crate::progress::Shown::Lines).then_some(input.duration_s);
+    let collecting = tokio::spawn(collect(rx, collector, lines, ctx.live.clone()));
     let clients: Vec<_> =
         input.clients.into_iter().enumerate().map(|(i, c)| tokio::spawn(client(ctx.clone(), i as u32, c))).collect();
     let admitter = gated.then(|| tokio::spawn(admit_waiting(ctx.clone())));
     let mut clients = tokio::spawn(join_clients(clients));
     let injector = tokio::spawn(inject(ctx.clone(), cluster.clone(), input.faults, input.cpus));
     let prober = input.probe_interval.map(|i| tokio::spawn(probe(ctx.clone(), i)));
-    let bar = crate::progress::bar(input.progress, input.duration_s.ceil() as u64, "s");
+    let bar = crate::progress::bar(input.progress == crate::progress::Shown::Bar, input.duration_s.ceil() as u64, "s");
     let sampler = tokio::spawn(sample(ctx.clone(), cluster, bar.clone()));
     let interrupted = tokio::select! {
         _ = sleep_until(ctx.at(input.duration_s)) => None,
@@ -395,15 +396,37 @@ async fn drain(
     }
 }
 
-async fn collect(mut rx: mpsc::UnboundedReceiver<Msg>, mut col: Collector) -> (Collector, GeneratorLoad) {
+/// Feeds every message to the collector (and each query to the live
+/// metrics, if served); with `lines` (the run's length), prints a status
+/// line on stderr every few seconds of run time.
+async fn collect(
+    mut rx: mpsc::UnboundedReceiver<Msg>,
+    mut col: Collector,
+    lines: Option<f64>,
+    live: Option<Arc<Mutex<LiveMetrics>>>,
+) -> (Collector, GeneratorLoad) {
     let mut load = GeneratorLoad::new();
+    let mut due = crate::core::status::Schedule::default();
     while let Some(m) = rx.recv().await {
         match m {
-            Msg::Query(q) => col.query(q),
+            Msg::Query(q) => {
+                if let Some(live) = &live {
+                    let ok = q.error.is_none();
+                    live.lock().expect("live metrics lock").observe(q.class, ok, q.end_s - q.intended_s);
+                }
+                col.query(q)
+            }
             Msg::Started(c, r, t) => col.session_started(c, r, t),
             Msg::Ended(s) => col.session_ended(s),
             Msg::Control(e) => e.record(&mut col),
-            Msg::Sample(t, s) => col.sample(t, &s),
+            Msg::Sample(t, s) => {
+                col.sample(t, &s);
+                if let Some(duration_s) = lines {
+                    if let Some((from, to)) = due.due(t) {
+                        eprintln!("{}", col.status(from, to, duration_s, &s).line());
+                    }
+                }
+            }
             Msg::Lag(l) => load.lag(l),
             Msg::Generator(t, cpu, open) => {
                 load.cpu(t, cpu);

@@ -3,7 +3,11 @@
 //! change. The text encoding is prometheus-client's (OpenMetrics text); the
 //! server is a minimal HTTP/1.1 responder on a tokio listener that answers
 //! `GET /metrics` and closes each connection. The driver refreshes the
-//! values once per second from the router and the admission gate.
+//! router and gate values once per second; every query that ends is
+//! counted per class and outcome, and its latency (from the intended
+//! start, as the run's figures) goes into a per-class histogram, so a
+//! Prometheus can draw goodput and p95 while the run goes
+//! (docs/grafana/plbbench.json).
 
 use crate::core::admission::Gate;
 use crate::core::model::{Class, ReplicaId, Role};
@@ -12,6 +16,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,6 +26,17 @@ use tokio::net::{TcpListener, TcpStream};
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ClassLabel {
     class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueryLabel {
+    class: String,
+    outcome: String,
+}
+
+/// Latency buckets: 0.5 ms doubling to 32.8 s (the query deadline is 30 s).
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 17))
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -49,6 +65,8 @@ pub struct LiveMetrics {
     active: Family<ReplicaClassLabel, Gauge>,
     role: Family<ReplicaRoleLabel, Gauge>,
     healthy: Family<ReplicaLabel, Gauge>,
+    queries: Family<QueryLabel, Counter>,
+    latency: Family<ClassLabel, Histogram, fn() -> Histogram>,
     seen: (u64, [u64; 2]),
 }
 
@@ -69,6 +87,8 @@ impl LiveMetrics {
             active: Family::default(),
             role: Family::default(),
             healthy: Family::default(),
+            queries: Family::default(),
+            latency: Family::new_with_constructor(latency_histogram),
             seen: (0, [0; 2]),
             registry: Registry::default(),
         };
@@ -90,10 +110,31 @@ impl LiveMetrics {
             "1 when the router considers the replica healthy",
             m.healthy.clone(),
         );
+        registry.register("plbbench_queries", "Queries ended, per class and outcome (ok or error)", m.queries.clone());
+        registry.register(
+            "plbbench_query_latency_seconds",
+            "Latency of completed queries from their intended start, per class",
+            m.latency.clone(),
+        );
         for class in Class::ALL {
-            let _ = m.rejections.get_or_create(&ClassLabel { class: class.long().into() });
+            let label = ClassLabel { class: class.long().into() };
+            let _ = m.rejections.get_or_create(&label);
+            let _ = m.latency.get_or_create(&label);
+            for outcome in ["ok", "error"] {
+                let _ = m.queries.get_or_create(&QueryLabel { class: class.long().into(), outcome: outcome.into() });
+            }
         }
         LiveMetrics { registry, ..m }
+    }
+
+    /// Counts a query that ended: its outcome and, when it completed, its
+    /// latency from the intended start.
+    pub fn observe(&mut self, class: Class, ok: bool, latency_s: f64) {
+        let outcome = if ok { "ok" } else { "error" };
+        self.queries.get_or_create(&QueryLabel { class: class.long().into(), outcome: outcome.into() }).inc();
+        if ok {
+            self.latency.get_or_create(&ClassLabel { class: class.long().into() }).observe(latency_s);
+        }
     }
 
     /// Copies the router's and the gate's state into the metrics.
@@ -199,6 +240,9 @@ mod tests {
         let mut m = LiveMetrics::new();
         m.refresh(&router, Some(&gate));
         m.refresh(&router, Some(&gate));
+        m.observe(Class::P, true, 0.003);
+        m.observe(Class::P, true, 0.0007);
+        m.observe(Class::F, false, 2.0);
         let text = m.encode();
         for line in [
             "plbbench_degradation_mode 3",
@@ -208,8 +252,43 @@ mod tests {
             "plbbench_router_active_sessions{replica=\"r1\",class=\"premium\"} 1",
             "plbbench_router_role{replica=\"r1\",role=\"P\"} 1",
             "plbbench_router_replica_healthy{replica=\"r2\"} 1",
+            "plbbench_queries_total{class=\"premium\",outcome=\"ok\"} 2",
+            "plbbench_queries_total{class=\"freemium\",outcome=\"error\"} 1",
+            "plbbench_queries_total{class=\"freemium\",outcome=\"ok\"} 0",
+            "plbbench_query_latency_seconds_count{class=\"premium\"} 2",
+            "plbbench_query_latency_seconds_bucket{le=\"0.001\",class=\"premium\"} 1",
+            "plbbench_query_latency_seconds_bucket{le=\"0.004\",class=\"premium\"} 2",
+            "plbbench_query_latency_seconds_count{class=\"freemium\"} 0",
         ] {
             assert!(text.lines().any(|l| l == line), "missing `{line}` in\n{text}");
         }
+    }
+
+    /// Every series the committed Grafana dashboard draws is one this
+    /// endpoint serves.
+    #[test]
+    fn the_grafana_dashboard_asks_only_for_served_metrics() {
+        let mut m = LiveMetrics::new();
+        m.refresh(&Router::new(RouterConfig::for_tests(Strategy::Plb, [1, 0, 1])), None);
+        let text = m.encode();
+        let served: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next()).collect();
+        let d: serde_json::Value = serde_json::from_str(include_str!("../../docs/grafana/plbbench.json")).unwrap();
+        let mut asked = 0;
+        for panel in d["panels"].as_array().unwrap() {
+            for target in panel["targets"].as_array().unwrap() {
+                let expr = target["expr"].as_str().unwrap();
+                for name in expr
+                    .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .filter(|w| w.starts_with("plbbench_"))
+                {
+                    let base = ["_total", "_bucket", "_count", "_sum"]
+                        .iter()
+                        .fold(name, |n, s| n.strip_suffix(s).unwrap_or(n));
+                    assert!(served.contains(&base), "{expr}: {name} is not served ({served:?})");
+                    asked += 1;
+                }
+            }
+        }
+        assert!(asked >= 8, "{asked}");
     }
 }

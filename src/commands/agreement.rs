@@ -277,6 +277,8 @@ fn side(args: &AgreementArgs, root: &Path, cluster: ClusterKind, dir: &str) -> E
 fn read_experiment(dir: &Path) -> Result<ExperimentFile, Error> {
     let path = dir.join("experiment.json");
     let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    crate::report::version::check(&text, crate::report::version::EXPERIMENT)
+        .map_err(|e| input(&path.display().to_string(), e))?;
     Ok(serde_json::from_str(&text).with_context(|| format!("{} does not parse", path.display()))?)
 }
 

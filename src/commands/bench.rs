@@ -12,7 +12,7 @@ use crate::core::metrics::r4;
 use crate::core::workload::QueryTemplate;
 use crate::error::{input, Error};
 use anyhow::Context;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use hdrhistogram::Histogram;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -23,14 +23,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_postgres::Config;
 
-/// How `bench` prints its result.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// A few aligned lines.
-    Text,
-    /// One JSON object, for scripts.
-    Json,
-}
+pub use super::Format;
 
 /// `plbbench bench`.
 #[derive(Debug, Args)]
@@ -227,6 +220,17 @@ impl Arrivals {
 /// client). Every connection is opened (and prepared) before the clock
 /// starts; fails when one cannot be.
 pub fn measure(spec: &BenchSpec, threads: usize) -> Result<BenchResult, Error> {
+    measure_probed(spec, threads, &|| 0.0).map(|(r, _)| r)
+}
+
+/// `measure`, also reading `probe` (a counter such as a server's CPU
+/// seconds) when the clock starts and when the measured time ends, before
+/// any connection closes; returns the difference with the result.
+pub fn measure_probed(
+    spec: &BenchSpec,
+    threads: usize,
+    probe: &(dyn Fn() -> f64 + Sync),
+) -> Result<(BenchResult, f64), Error> {
     let threads = threads.clamp(1, spec.connections as usize);
     let arrivals = spec.rate.map(|r| {
         Arc::new(Mutex::new(Arrivals {
@@ -239,7 +243,7 @@ pub fn measure(spec: &BenchSpec, threads: usize) -> Result<BenchResult, Error> {
     // one then sets the start, and they meet again.
     let (opened, go) = (Barrier::new(threads + 1), Barrier::new(threads + 1));
     let start: OnceLock<Instant> = OnceLock::new();
-    let (tallies, cpu, elapsed_s) = std::thread::scope(|scope| {
+    let (tallies, cpu, elapsed_s, probed) = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|t| {
                 let (opened, go, start, arrivals) = (&opened, &go, &start, arrivals.clone());
@@ -279,13 +283,16 @@ pub fn measure(spec: &BenchSpec, threads: usize) -> Result<BenchResult, Error> {
             .collect();
         opened.wait();
         let cpu0 = own_cpu_seconds();
+        let probed0 = probe();
         let _ = start.set(Instant::now());
         go.wait();
+        std::thread::sleep(spec.duration);
+        let probed = probe() - probed0;
         let tallies: Vec<_> =
             workers.into_iter().map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect();
         let elapsed_s = start.get().expect("set").elapsed().as_secs_f64();
         let cpu = cpu0.zip(own_cpu_seconds()).map(|(a, b)| r4((b - a) / elapsed_s));
-        (tallies, cpu, elapsed_s)
+        (tallies, cpu, elapsed_s, probed)
     });
     let mut latency_us = Histogram::<u64>::new(3).expect("valid");
     let (mut ok, mut errors) = (0, 0);
@@ -295,7 +302,7 @@ pub fn measure(spec: &BenchSpec, threads: usize) -> Result<BenchResult, Error> {
         errors += tally.errors;
     }
     let q = |p: f64| r4(latency_us.value_at_quantile(p) as f64 / 1000.0);
-    Ok(BenchResult {
+    let result = BenchResult {
         mode: if spec.rate.is_some() { "open" } else { "closed" },
         connections: spec.connections,
         queries: ok,
@@ -309,7 +316,8 @@ pub fn measure(spec: &BenchSpec, threads: usize) -> Result<BenchResult, Error> {
         p999_ms: q(0.999),
         max_ms: r4(latency_us.max() as f64 / 1000.0),
         generator_cpu_cores: cpu,
-    })
+    };
+    Ok((result, probed))
 }
 
 /// Opens (and prepares on) the connections numbered `which`.

@@ -1,10 +1,17 @@
-//! `plbbench calibrate`: measures what one replica spends, inside the
+//! `plbbench calibrate`: measures what a replica spends, inside the
 //! cluster and under its CPU quota (design.md §3, "Operating point"), and
 //! writes the calibration file the workload's costs and the simulator are
-//! taken from. For each query template, closed-loop load at each of
-//! `--connections` (the `bench` machinery) gives queries/s and, from the
-//! replica's cgroup CPU over the window, CPU per query; how that cost grows
-//! with concurrency under the quota is part of the file. Connection set-up
+//! taken from. Every point loads all `--replicas` replicas at once (the
+//! cluster's own load on the host) through the `bench` machinery and reads
+//! their cgroup CPU over the measured window: closed-loop at each of
+//! `--connections` per replica (how the cost grows with concurrency under
+//! the quota), then the paced point, the workload's figure: `--paced`
+//! connections per replica (a run's concurrency), open-loop at the rate
+//! that offers `--paced-load` of the quota (the operating point). With
+//! hundreds of mostly idle backends a query costs about 1.3x what it costs
+//! closed-loop on a few busy ones (measured 2026-12-02), and that is what a
+//! run's replicas spend. Each point is measured `--repeat` times; the
+//! median is the figure and the range is kept. Connection set-up
 //! (connect, SCRAM authentication, a prepare and one query) is measured
 //! one connection after another, apart from the backend's exit at close,
 //! which no client waits for. An unthrottled one-at-a-time
@@ -31,12 +38,28 @@ pub struct CalibrateArgs {
     /// CPU quota of the measured replica, cores (C; the run's --cpus).
     #[arg(long, default_value_t = 0.3, value_name = "C")]
     pub cpus: f64,
-    /// Closed-loop connections of each template's measurements, a comma list.
+    /// Replicas started and loaded at once (the cluster's K); 1 measures a
+    /// replica alone on an idle host.
+    #[arg(long, default_value_t = 5, value_name = "K")]
+    pub replicas: usize,
+    /// Measurements of each point; the median is the figure, the range is kept.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub repeat: u32,
+    /// Closed-loop connections per replica of each template's measurements, a comma list.
     #[arg(long, value_delimiter = ',', default_value = "1,4,16", value_name = "LIST")]
     pub connections: Vec<String>,
-    /// The concurrency whose cost per query the workload uses (one of --connections).
+    /// The closed-loop concurrency whose cost per query the workload uses
+    /// (one of --connections) when --paced is 0; the paced rate is sized from it.
     #[arg(long, default_value_t = 4, value_name = "N")]
     pub at: u32,
+    /// Connections per replica of the paced point, a run's concurrency
+    /// (T/K at the main job); its cost is the workload's figure. 0 leaves it out.
+    #[arg(long, default_value_t = 200, value_name = "N")]
+    pub paced: u32,
+    /// Offered CPU of the paced point, fraction of each replica's quota
+    /// (the operating point of design.md §3).
+    #[arg(long, default_value_t = 0.7, value_name = "U")]
+    pub paced_load: f64,
     /// Seconds of each closed-loop measurement.
     #[arg(long, default_value_t = 10.0, value_name = "S")]
     pub seconds: f64,
@@ -69,6 +92,21 @@ impl CalibrateArgs {
         if self.connects == 0 {
             return Err(input("--connects", "must be at least 1"));
         }
+        if !(1..=16).contains(&self.replicas) {
+            return Err(input("--replicas", format!("must be from 1 to 16, got {}", self.replicas)));
+        }
+        if self.paced > 280 {
+            return Err(input(
+                "--paced",
+                format!("{} connections per replica exceed max_connections (300) less headroom", self.paced),
+            ));
+        }
+        if !(self.paced_load.is_finite() && self.paced_load > 0.0 && self.paced_load <= 1.0) {
+            return Err(input("--paced-load", format!("must be in (0, 1], got {}", self.paced_load)));
+        }
+        if !(1..=20).contains(&self.repeat) {
+            return Err(input("--repeat", format!("must be from 1 to 20, got {}", self.repeat)));
+        }
         Ok(levels)
     }
 }
@@ -79,17 +117,20 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
     let w = load_workload(args.workload.as_deref())?;
     let machine = machine();
     let opts = LocalOptions {
-        replicas: 1,
+        replicas: args.replicas,
         cpus: args.cpus,
         state_dir: default_state_dir().with_file_name("calibrate"),
         scale: w.dataset.scale,
         seed: w.dataset.seed,
         ..LocalOptions::default()
     };
-    eprintln!("plbbench: starting one replica at {} cores (dataset scale {})", args.cpus, opts.scale);
-    let c = LocalCluster::up(&opts).context("starting the calibration replica")?;
+    eprintln!(
+        "plbbench: starting {} replica(s) at {} cores each (dataset scale {}); each point is {} x {} s on all of them at once",
+        args.replicas, args.cpus, opts.scale, args.repeat, args.seconds
+    );
+    let c = LocalCluster::up(&opts).context("starting the calibration replicas")?;
     if !c.cpu_budget_enforced() {
-        eprintln!("plbbench: warning: cgroups are not writable here: the replica runs without its quota");
+        eprintln!("plbbench: warning: cgroups are not writable here: the replicas run without their quota");
     }
     let connect = connect_cost(&c, &w.query[0], args.connects)?;
     eprintln!(
@@ -100,19 +141,23 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
         connect.idle_wall_ms,
         connect.latency_ms()
     );
-    println!("template,class,connections,queries,qps,cpu_ms,cpu_fraction,p50_ms,p99_ms");
+    println!("template,class,connections,rate_qps,queries,qps,cpu_ms,cpu_ms_min,cpu_ms_max,cpu_fraction,p50_ms,p99_ms");
     let mut template = Vec::new();
     for q in &w.query {
         let mut at = Vec::new();
         for &n in &levels {
-            let p = point(&c, q, n, args.seconds, args.cpus)?;
-            println!(
-                "{},{},{},{},{:.2},{:.2},{:.3},{:.2},{:.2}",
-                q.name, q.class, n, p.queries, p.qps, p.cpu_ms, p.cpu_fraction, p.p50_ms, p.p99_ms
-            );
+            let p = repeated(args.repeat, || point(&c, q, n, None, args.seconds, args.cpus))?;
+            print_point(q, &p);
             at.push(p);
         }
-        let cpu_ms = at.iter().find(|p| p.connections == args.at).map_or(0.0, |p| p.cpu_ms);
+        let closed = at.iter().find(|p| p.connections == args.at).map_or(0.0, |p| p.cpu_ms);
+        let mut cpu_ms = closed;
+        if args.paced > 0 {
+            let p = paced(&c, q, closed, &args)?;
+            print_point(q, &p);
+            cpu_ms = p.cpu_ms;
+            at.push(p);
+        }
         template.push(TemplateCost {
             name: q.name.clone(),
             class: q.class,
@@ -128,10 +173,13 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
         machine,
         postgres_version: c.pg_version(),
         cpus: args.cpus,
+        replicas: args.replicas as u32,
+        repeats: args.repeat,
         cpu_budget_enforced: c.cpu_budget_enforced(),
         workload: w.name.clone(),
         dataset_scale: w.dataset.scale,
-        connections: args.at,
+        connections: if args.paced > 0 { args.paced } else { args.at },
+        paced_load: if args.paced > 0 { args.paced_load } else { 0.0 },
         connect,
         template,
     };
@@ -141,6 +189,36 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
     report(&cal, &w);
     eprintln!("wrote {}", args.out.display());
     Ok(())
+}
+
+/// The paced point: `--paced` connections per replica, open loop at the
+/// rate that offers `--paced-load` of the quota. The cost per query at that
+/// concurrency exceeds the closed-loop one the first rate is sized from,
+/// so the rate is sized once more from the first measurement's cost and
+/// the second measurement is the figure.
+fn paced(c: &LocalCluster, q: &QueryTemplate, closed_ms: f64, args: &CalibrateArgs) -> Result<Point, Error> {
+    let rate = |cpu_ms: f64| args.paced_load * args.cpus * 1000.0 / cpu_ms;
+    let first = point(c, q, args.paced, Some(rate(closed_ms)), args.seconds, args.cpus)?;
+    repeated(args.repeat, || point(c, q, args.paced, Some(rate(first.cpu_ms)), args.seconds, args.cpus))
+}
+
+/// One CSV line of a measured point.
+fn print_point(q: &QueryTemplate, p: &Point) {
+    println!(
+        "{},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{:.3},{:.2},{:.2}",
+        q.name,
+        q.class,
+        p.connections,
+        p.rate_qps.map_or(String::new(), |r| format!("{r:.1}")),
+        p.queries,
+        p.qps,
+        p.cpu_ms,
+        p.cpu_ms_min,
+        p.cpu_ms_max,
+        p.cpu_fraction,
+        p.p50_ms,
+        p.p99_ms
+    );
 }
 
 /// What the calibrated costs mean for the workload's offered load at the
@@ -175,31 +253,55 @@ fn machine() -> Machine {
     }
 }
 
-/// One template driven closed-loop by `n` connections for `seconds`.
-fn point(c: &LocalCluster, q: &QueryTemplate, n: u32, seconds: f64, cpus: f64) -> Result<Point, Error> {
+/// A point measured `n` times: the one with the median CPU per query, with
+/// the range of all of them.
+fn repeated(n: u32, mut measure: impl FnMut() -> Result<Point, Error>) -> Result<Point, Error> {
+    let mut all = (0..n).map(|_| measure()).collect::<Result<Vec<_>, _>>()?;
+    all.sort_by(|a, b| a.cpu_ms.total_cmp(&b.cpu_ms));
+    let (min, max) = (all[0].cpu_ms, all[all.len() - 1].cpu_ms);
+    let mut p = all.swap_remove(all.len() / 2);
+    (p.cpu_ms_min, p.cpu_ms_max) = (min, max);
+    Ok(p)
+}
+
+/// One template driven by `n` connections on each replica at once for
+/// `seconds`, closed-loop or open-loop at `rate` queries/s per replica;
+/// CPU is the replicas' together.
+fn point(
+    c: &LocalCluster,
+    q: &QueryTemplate,
+    n: u32,
+    rate: Option<f64>,
+    seconds: f64,
+    cpus: f64,
+) -> Result<Point, Error> {
+    let k = c.replicas();
     let spec = BenchSpec {
-        servers: vec![c.config(0)],
+        servers: (0..k).map(|i| c.config(i)).collect(),
         query: q.clone(),
-        connections: n,
+        connections: n * k as u32,
         duration: Duration::from_secs_f64(seconds),
         prepared: true,
-        rate: None,
+        rate: rate.map(|r| r * k as f64),
         seed: 1,
     };
-    let cpu0 = cpu(c)?;
-    let t0 = Instant::now();
-    let r = bench::measure(&spec, 2)?;
-    let wall = t0.elapsed().as_secs_f64();
-    let used = cpu(c)? - cpu0;
+    cpu_all(c)?; // no CPU accounting: fail before the measurement
+    let (r, used) = bench::measure_probed(&spec, 2, &|| cpu_all(c).unwrap_or(f64::NAN))?;
+    if !used.is_finite() {
+        return Err(Error::Run(anyhow::anyhow!("the replicas' CPU could not be read during {}", q.name)));
+    }
     if r.queries == 0 {
         return Err(Error::Run(anyhow::anyhow!("{}: no query completed at {n} connections", q.name)));
     }
     Ok(Point {
         connections: n,
+        rate_qps: rate.map(round2),
         queries: r.queries,
-        qps: round2(r.qps),
+        qps: round2(r.queries as f64 / seconds / k as f64),
         cpu_ms: round2(used * 1000.0 / r.queries as f64),
-        cpu_fraction: (used / wall / cpus * 1000.0).round() / 1000.0,
+        cpu_ms_min: 0.0,
+        cpu_ms_max: 0.0,
+        cpu_fraction: (used / seconds / (cpus * k as f64) * 1000.0).round() / 1000.0,
         p50_ms: round2(r.p50_ms),
         p99_ms: round2(r.p99_ms),
     })
@@ -293,10 +395,49 @@ fn idle_connect_ms(rt: &tokio::runtime::Runtime, c: &LocalCluster, q: &QueryTemp
     Ok(walls[walls.len() / 2])
 }
 
+/// r1's CPU seconds (connection set-up is timed on r1 alone).
 fn cpu(c: &LocalCluster) -> Result<f64, Error> {
     c.cpu_seconds(0).ok_or_else(|| Error::Run(anyhow::anyhow!("no CPU accounting for r1 (cgroups)")))
 }
 
+/// Every replica's CPU seconds together.
+fn cpu_all(c: &LocalCluster) -> Result<f64, Error> {
+    (0..c.replicas())
+        .map(|i| {
+            c.cpu_seconds(i).ok_or_else(|| Error::Run(anyhow::anyhow!("no CPU accounting for r{} (cgroups)", i + 1)))
+        })
+        .sum()
+}
+
 fn round2(v: f64) -> f64 {
     (v * 100.0).round() / 100.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(cpu_ms: f64) -> Point {
+        Point {
+            connections: 4,
+            rate_qps: None,
+            queries: 1,
+            qps: 1.0,
+            cpu_ms,
+            cpu_ms_min: 0.0,
+            cpu_ms_max: 0.0,
+            cpu_fraction: 1.0,
+            p50_ms: 1.0,
+            p99_ms: 1.0,
+        }
+    }
+
+    #[test]
+    fn a_repeated_point_is_the_median_with_the_range() {
+        let mut costs = [2.0, 1.5, 3.0].into_iter();
+        let p = repeated(3, || Ok(at(costs.next().unwrap()))).unwrap();
+        assert_eq!((p.cpu_ms, p.cpu_ms_min, p.cpu_ms_max), (2.0, 1.5, 3.0));
+        let p = repeated(1, || Ok(at(1.25))).unwrap();
+        assert_eq!((p.cpu_ms, p.cpu_ms_min, p.cpu_ms_max), (1.25, 1.25, 1.25));
+    }
 }

@@ -12,6 +12,17 @@ pub mod cluster;
 pub mod compare;
 pub mod experiment;
 mod lists;
+pub mod reap;
 pub mod roles;
 pub mod run;
+pub mod shell;
 mod signals;
+
+/// `--format` of the commands that print one result (`run`, `bench`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Aligned lines for a person.
+    Text,
+    /// One JSON object on stdout, for scripts (`| jq`).
+    Json,
+}

@@ -26,14 +26,25 @@ pub struct Calibration {
     pub postgres_version: String,
     /// The replica's CPU quota, cores (C).
     pub cpus: f64,
+    /// Replicas loaded at once while the templates were measured (the
+    /// cluster's own load); 1 in files written before it was a choice.
+    #[serde(default = "one")]
+    pub replicas: u32,
+    /// Measurements of each point (the median is the figure); 1 in older files.
+    #[serde(default = "one")]
+    pub repeats: u32,
     /// Whether the quota was enforced (cgroups writable).
     pub cpu_budget_enforced: bool,
     /// Workload whose templates were measured.
     pub workload: String,
     /// Dataset scale factor.
     pub dataset_scale: f64,
-    /// The concurrency whose costs the workload uses (`cpu_ms` below).
+    /// The concurrency whose costs the workload uses (`cpu_ms` below), per replica.
     pub connections: u32,
+    /// When that point is paced: its offered CPU as a fraction of the
+    /// quota (open loop at `connections`); 0 when it is closed-loop.
+    #[serde(default)]
+    pub paced_load: f64,
     /// Connection set-up.
     pub connect: ConnectCost,
     /// One entry per query template.
@@ -113,20 +124,36 @@ pub struct TemplateCost {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Point {
-    /// Connections driving it, each sending its next query at once.
+    /// Connections per replica driving it.
     pub connections: u32,
+    /// Open loop: Poisson arrivals at this rate per replica, queries/s,
+    /// taken by whichever connection is free; absent: closed loop, each
+    /// connection sending its next query at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_qps: Option<f64>,
     /// Queries completed.
     pub queries: u64,
     /// Completed queries per second.
     pub qps: f64,
-    /// Replica CPU per query, ms (cgroup CPU over the window / queries).
+    /// Replica CPU per query, ms (cgroup CPU over the window / queries);
+    /// the median of the repeats.
     pub cpu_ms: f64,
+    /// The lowest and highest of the repeats' `cpu_ms` (0 in older files).
+    #[serde(default)]
+    pub cpu_ms_min: f64,
+    /// See `cpu_ms_min`.
+    #[serde(default)]
+    pub cpu_ms_max: f64,
     /// The replica's CPU use over the window, fraction of the quota.
     pub cpu_fraction: f64,
     /// Median latency, ms.
     pub p50_ms: f64,
     /// 99th percentile latency, ms.
     pub p99_ms: f64,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// Why a calibration file could not be used.
@@ -171,8 +198,10 @@ impl Calibration {
     pub fn to_toml(&self) -> String {
         let body = toml::to_string_pretty(self).expect("a calibration serialises");
         format!(
-            "# plbbench calibrate: one replica's costs under its CPU quota (design.md §3).\n\
-             # cpu_ms is replica CPU per query at `connections` closed-loop connections;\n\
+            "# plbbench calibrate: a replica's costs under its CPU quota (design.md §3).\n\
+             # cpu_ms is replica CPU per query at `connections` connections on each of `replicas`\n\
+             # replicas loaded at once (open loop at `paced_load` of the quota when it is > 0,\n\
+             # else closed loop), the median of `repeats` measurements;\n\
              # connect.cpu_ms is one connection's whole cost (connect, SCRAM, prepare, close),\n\
              # connect.close_cpu_ms the part of it spent after the client closes;\n\
              # connect.idle_wall_ms a set-up's median wall time on an idle replica.\n{body}"

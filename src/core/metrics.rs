@@ -442,6 +442,31 @@ impl Collector {
         self.queue.waiting = waiting;
     }
 
+    /// The status line's figures over completions in `[from_s, to_s)`
+    /// (whole seconds), with the replicas up in `replicas`.
+    pub fn status(&self, from_s: f64, to_s: f64, duration_s: f64, replicas: &[ReplicaSample]) -> super::status::Status {
+        let (a, b) = (self.second(from_s), self.second(to_s).max(self.second(from_s)));
+        let mut completed = [0u64; 2];
+        let mut p95_ms = [None; 2];
+        for (c, (n, p95)) in completed.iter_mut().zip(&mut p95_ms).enumerate() {
+            let mut h = Histogram::<u32>::new(3).expect("valid");
+            for s in &self.seconds[a..b] {
+                *n += s[c].completed;
+                h.add(&s[c].latency_ms).expect("same precision");
+            }
+            *p95 = (!h.is_empty()).then(|| h.value_at_quantile(0.95));
+        }
+        super::status::Status {
+            t_s: to_s,
+            duration_s,
+            window_s: (b - a) as f64,
+            completed,
+            p95_ms,
+            up: (replicas.iter().filter(|r| r.up).count(), replicas.len()),
+            aborted: [0, 1].map(|c| self.per_phase.iter().map(|p| p[c].aborted).sum()),
+        }
+    }
+
     /// Records the once-per-second view of every replica at `t_s`.
     pub fn sample(&mut self, t_s: f64, replicas: &[ReplicaSample]) {
         let sec = self.second(t_s);

@@ -20,6 +20,7 @@ pub mod router;
 pub mod saturation;
 pub mod schedule;
 pub mod settings;
+pub mod status;
 pub mod validity;
 pub mod watch;
 pub mod workload;

@@ -120,6 +120,10 @@ pub fn csv_header() -> Vec<String> {
 /// experiment.json.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ExperimentFile {
+    /// Format version ([`super::version::EXPERIMENT`]); 0 in a file from
+    /// before versioning.
+    #[serde(default)]
+    pub schema_version: u32,
     /// plbbench version.
     pub plbbench_version: String,
     /// Quantile definition of every q1/median/q3.

@@ -6,3 +6,4 @@ pub mod experiment;
 pub mod files;
 pub mod html;
 pub mod summary;
+pub mod version;

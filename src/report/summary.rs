@@ -103,6 +103,10 @@ pub struct Accounting {
 /// The whole summary.json.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
+    /// Format version ([`super::version::SUMMARY`]); 0 in a file from
+    /// before versioning.
+    #[serde(default)]
+    pub schema_version: u32,
     /// True when the run was interrupted and the figures cover part of it.
     pub partial: bool,
     /// Settings.

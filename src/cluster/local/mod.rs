@@ -275,6 +275,21 @@ impl LocalCluster {
         Ok(true)
     }
 
+    /// Removes the cluster saved in `state_dir` when it is an orphan: not
+    /// kept (`cluster up`), and its recorded owner process is gone (killed
+    /// with SIGKILL, say). `Ok(false)` when there is none, or the owner
+    /// lives, or no owner is recorded yet (a cluster still starting).
+    pub fn reap_orphan(state_dir: &Path) -> Result<bool, LocalError> {
+        let Some(mut c) = Self::read_state(state_dir)? else { return Ok(false) };
+        match c.owner {
+            Some(o) if !c.keep && procs::identity(o.0) != Some(o) => {
+                c.teardown()?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     /// Stops every server (fast shutdown, SIGKILL after
     /// [`SHUTDOWN_TIMEOUT`]), removes the cgroups and the state directory.
     pub fn down(mut self) -> Result<(), LocalError> {

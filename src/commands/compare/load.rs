@@ -11,6 +11,7 @@ use crate::core::model::Class;
 use crate::core::phases::WARMUP;
 use crate::error::{input, Error};
 use crate::report::experiment::{CellRow, METRICS};
+use crate::report::version;
 use crate::stats::Spread;
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -101,13 +102,17 @@ fn read(path: &Path) -> Result<String, Error> {
     std::fs::read_to_string(path).map_err(|e| input(&path.display().to_string(), format!("cannot read ({e})")))
 }
 
-/// A JSON file as `T`; a parse error names the file and the position.
-fn json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, Error> {
-    serde_json::from_str(&read(path)?).map_err(|e| input(&path.display().to_string(), format!("does not parse ({e})")))
+/// A versioned JSON file (`version::SUMMARY` or `EXPERIMENT`) as `T`; a
+/// newer version or a parse error names the file (and the position).
+fn json<T: for<'de> Deserialize<'de>>(path: &Path, current: u32) -> Result<T, Error> {
+    let name = path.display().to_string();
+    let text = read(path)?;
+    version::check(&text, current).map_err(|e| input(&name, e))?;
+    serde_json::from_str(&text).map_err(|e| input(&name, format!("does not parse ({e})")))
 }
 
 fn run_json(dir: &Path, name: &str) -> Result<Folder, Error> {
-    let v: RunView = json(&dir.join("summary.json"))?;
+    let v: RunView = json(&dir.join("summary.json"), version::SUMMARY)?;
     Ok(run_folder(name, v, "summary.json"))
 }
 
@@ -157,7 +162,7 @@ fn run_folder(name: &str, v: RunView, source: &str) -> Folder {
 }
 
 fn experiment_json(dir: &Path, name: &str) -> Result<Folder, Error> {
-    let v: ExperimentView = json(&dir.join("experiment.json"))?;
+    let v: ExperimentView = json(&dir.join("experiment.json"), version::EXPERIMENT)?;
     // The experiment started when its first run did.
     let started = v.runs.first().and_then(|r| {
         let text = std::fs::read_to_string(dir.join(&r.dir).join("summary.json")).ok()?;

@@ -381,6 +381,9 @@ pub enum Verdict {
     Bad,
     /// Equal to the baseline.
     Same,
+    /// Different, but inside the noise band ([`NOISE_PCT`] for single
+    /// values; overlapping interquartile ranges across repeats).
+    Noise,
     /// Changed, but the metric has no better direction.
     Changed,
     /// One side has no value.
@@ -398,7 +401,31 @@ pub struct Delta {
     pub verdict: Verdict,
 }
 
-/// Absolute and relative change of `new` against `base` for metric `m`.
+/// A relative change below this, %, is noise between two single values:
+/// run-to-run spread of a real cluster's goodput is about 1%, and a
+/// simulator's figures change only with the seed.
+pub const NOISE_PCT: f64 = 2.0;
+
+/// The change of `new` against `base` for metric `m`: between medians of
+/// repeats it counts (good or bad) only when the interquartile ranges do
+/// not overlap; between single values only beyond [`NOISE_PCT`].
+pub fn delta_of(m: Metric, base: Option<Value>, new: Option<Value>) -> Delta {
+    let d = delta(m, base.and_then(|v| v.value), new.and_then(|v| v.value));
+    let iqr = |v: Option<Value>| v.and_then(|v| v.q1.zip(v.q3).filter(|_| v.n >= 2));
+    match (iqr(base), iqr(new), d.verdict) {
+        (Some((b1, b3)), Some((n1, n3)), Verdict::Good | Verdict::Bad) if n1 <= b3 && b1 <= n3 => {
+            Delta { verdict: Verdict::Noise, ..d }
+        }
+        (Some(_), Some(_), _) => d,
+        (_, _, Verdict::Good | Verdict::Bad | Verdict::Changed) if d.pct.is_some_and(|p| p.abs() < NOISE_PCT) => {
+            Delta { verdict: Verdict::Noise, ..d }
+        }
+        _ => d,
+    }
+}
+
+/// Absolute and relative change of `new` against `base` for metric `m`,
+/// with its direction and no noise band.
 pub fn delta(m: Metric, base: Option<f64>, new: Option<f64>) -> Delta {
     let (Some(b), Some(n)) = (base, new) else {
         return Delta { abs: None, pct: None, verdict: Verdict::Unknown };
@@ -514,12 +541,8 @@ fn group(folders: &[Folder], cols: &[Option<&Selection>], label: Option<String>,
                         f.has(m).then(|| c.get(m))
                     })
                     .collect();
-                let base = values.first().copied().flatten().and_then(|v| v.value);
-                let deltas = values
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| (i > 0).then(|| delta(m, base, v.and_then(|v| v.value))))
-                    .collect();
+                let base = values.first().copied().flatten();
+                let deltas = values.iter().enumerate().map(|(i, v)| (i > 0).then(|| delta_of(m, base, *v))).collect();
                 rows.push(Row {
                     phase: phase.clone(),
                     survivors: *survivors,
@@ -576,5 +599,20 @@ mod tests {
         }
         assert_eq!(delta(Metric::P95Ms, None, Some(1.0)).verdict, Verdict::Unknown);
         assert_eq!(delta(Metric::P95Ms, Some(1.0), None).verdict, Verdict::Unknown);
+    }
+
+    #[test]
+    fn changes_inside_the_noise_band_are_not_marked() {
+        let one = |v: f64| Some(Value::single(Some(v)));
+        let spread = |q1: f64, m: f64, q3: f64| Some(Value { value: Some(m), q1: Some(q1), q3: Some(q3), n: 3 });
+        let v = |b, n| delta_of(Metric::Retention, b, n).verdict;
+        assert_eq!(v(one(0.9), one(0.8998)), Verdict::Noise, "-0.02% between single runs");
+        assert_eq!(v(one(0.9), one(0.85)), Verdict::Bad);
+        assert_eq!(delta_of(Metric::CpuMean, one(0.5), one(0.501)).verdict, Verdict::Noise);
+        assert_eq!(v(one(0.9), one(0.9)), Verdict::Same);
+        assert_eq!(v(spread(0.80, 0.85, 0.90), spread(0.88, 0.95, 0.97)), Verdict::Noise, "IQRs overlap: noise at 12%");
+        assert_eq!(v(spread(0.80, 0.85, 0.87), spread(0.88, 0.95, 0.97)), Verdict::Good, "apart: counts");
+        assert_eq!(v(spread(0.90, 0.900, 0.90), spread(0.9001, 0.901, 0.9012)), Verdict::Good, "apart, however small");
+        assert_eq!(delta_of(Metric::AbortedSessions, one(0.0), one(3.0)).verdict, Verdict::Bad, "from none");
     }
 }

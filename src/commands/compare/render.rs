@@ -90,6 +90,7 @@ fn verdict_word(v: Verdict) -> &'static str {
         Verdict::Good => "good",
         Verdict::Bad => "bad",
         Verdict::Same => "same",
+        Verdict::Noise => "noise",
         Verdict::Changed => "changed",
         Verdict::Unknown => "n/a",
     }

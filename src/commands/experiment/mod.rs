@@ -30,6 +30,7 @@ use crate::core::settings::{Admission, Checks, Detection};
 use crate::core::watch::Recovery;
 use crate::error::{input, Error};
 use crate::fsutil;
+use crate::progress::Shown;
 use crate::report::experiment::{experiment_csv, metric, CellRow, ExperimentFile, RunEntry, DECIMALS};
 use crate::report::summary::{Settings, Summary};
 use crate::stats::{self, Spread};
@@ -40,6 +41,7 @@ use std::path::{Path, PathBuf};
 pub mod figures;
 pub mod html;
 pub mod recovery;
+mod summary;
 pub use figures::{figures, render_figures};
 
 /// `plbbench experiment`: the grid, the repeats and the flags passed through
@@ -257,6 +259,9 @@ pub fn run_state(run: &GridRun) -> Result<RunState, Error> {
         Ok(t) => t,
         Err(e) => return Ok(RunState::Incomplete(format!("no readable summary.json ({e})"))),
     };
+    if let Err(e) = crate::report::version::check(&text, crate::report::version::SUMMARY) {
+        return Err(input(&dir.join("summary.json").display().to_string(), e));
+    }
     let summary: Summary = match serde_json::from_str(&text) {
         Ok(s) => s,
         Err(e) => return Ok(RunState::Incomplete(format!("summary.json does not parse ({e})"))),
@@ -321,7 +326,8 @@ pub fn experiment(args: ExperimentArgs) -> Result<(), Error> {
         grid.len() - pending,
         root.display()
     );
-    let summaries = execute_pending(&grid, states, pending, args.common.quiet)?;
+    let shown = args.common.progress.resolve(args.common.quiet);
+    let summaries = execute_pending(&grid, states, pending, shown)?;
     let file = experiment_file(&args, &grid, &summaries);
     // The paper's figures compare strategies at one operating point: with
     // a load axis, that of the first of --loads (the curves show the rest).
@@ -349,6 +355,7 @@ pub fn experiment(args: ExperimentArgs) -> Result<(), Error> {
     eprintln!("wrote {}", root.display());
     super::archive::refresh_after(&root);
     if !args.common.quiet {
+        print!("{}", summary::render(&file.cells));
         print!("{}", render_figures(&figures));
     }
     checks_outcome(&grid, &summaries, args.common.checks)
@@ -379,16 +386,26 @@ fn checks_outcome(grid: &[GridRun], summaries: &[(Summary, bool)], checks: Check
     }
 }
 
+/// An experiment's status line after a run: how many are done, the run,
+/// its checks and the time left at the pace so far.
+fn run_line(done: usize, pending: usize, name: &str, s: &Summary, elapsed_s: f64) -> String {
+    let failed = s.failed_checks().len();
+    let checks = if failed == 0 { "checks passed".to_string() } else { format!("{failed} check(s) failed") };
+    let eta = elapsed_s / done as f64 * (pending - done) as f64;
+    format!("plbbench: run {done}/{pending} {name} done in {:.0} s, {checks}; about {eta:.0} s left", s.wall_s)
+}
+
 /// Runs every run that is not done, in grid order, under one progress bar;
 /// returns every run's summary (kept or new) with whether it was kept.
 fn execute_pending(
     grid: &[GridRun],
     states: Vec<RunState>,
     pending: usize,
-    quiet: bool,
+    shown: Shown,
 ) -> Result<Vec<(Summary, bool)>, Error> {
-    let bar = crate::progress::bar(!quiet, pending as u64, "runs  eta {eta}");
+    let bar = crate::progress::bar(shown == Shown::Bar, pending as u64, "runs  eta {eta}");
     let mut out = Vec::with_capacity(grid.len());
+    let (started, mut done) = (std::time::Instant::now(), 0usize);
     for (run, state) in grid.iter().zip(states) {
         match state {
             RunState::Done(s) => {
@@ -417,6 +434,10 @@ fn execute_pending(
         }
         for line in run_cmd::failed_check_lines(&result.summary, run.plan.checks, Some(&run.name)) {
             crate::progress::note(&bar, &line);
+        }
+        done += 1;
+        if shown == Shown::Lines {
+            eprintln!("{}", run_line(done, pending, &run.name, &result.summary, started.elapsed().as_secs_f64()));
         }
         out.push((result.summary, false));
         bar.inc(1);
@@ -468,6 +489,7 @@ fn experiment_file(args: &ExperimentArgs, grid: &[GridRun], summaries: &[(Summar
         .collect();
     let all: Vec<Summary> = summaries.iter().map(|(s, _)| s.clone()).collect();
     ExperimentFile {
+        schema_version: crate::report::version::EXPERIMENT,
         plbbench_version: env!("CARGO_PKG_VERSION").into(),
         quantiles: stats::QUANTILE_DEFINITION.into(),
         strategies: uniq(&|r| run_cmd::settings(&r.plan).strategy),
@@ -596,7 +618,7 @@ mod tests {
             ]
         );
         assert_eq!(g[0].plan.out, Path::new("/nonexistent/exp/runs/cascade-25-75-plb-r1"));
-        assert!(g.iter().all(|r| !r.plan.progress && r.plan.force));
+        assert!(g.iter().all(|r| r.plan.progress == crate::progress::Shown::Nothing && r.plan.force));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 use crate::core::router::Strategy;
 use crate::core::settings::{Admission, Checks, ClusterKind, Detection, Named};
 use crate::core::watch::Recovery;
+use crate::progress::Shown;
 use clap::builder::PossibleValue;
 use clap::{Args, Parser, ValueEnum};
 use std::path::PathBuf;
@@ -27,6 +28,14 @@ pub struct RunArgs {
     /// Run folder [default: reports/<utc-timestamp>-<strategy>-<mix>-<cluster>].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Run length, as 150s, 2m30s or 5m (k6's spelling): sets --time-scale to it over the workload's run length
+    /// (300 s), so the whole timeline (ramp, faults, baseline) keeps its shape; not with --time-scale.
+    #[arg(long, value_name = "D", value_parser = humantime::parse_duration, conflicts_with = "time_scale")]
+    pub duration: Option<std::time::Duration>,
+    /// Print the resolved plan (timeline, phases, fault schedule, routing parameters, offered CPU) in --format and
+    /// exit without starting anything.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Overwrite an existing run folder.
     #[arg(long)]
     pub force: bool,
@@ -39,6 +48,10 @@ pub struct RunArgs {
     /// Serve Prometheus metrics at this address during a real run (e.g. 127.0.0.1:9464).
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Output on stdout: text (what ran, a line per phase and class, aborted sessions, checks) or json (one object:
+    /// the run folder, its report, the failed checks and the whole summary.json; for jq).
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: crate::commands::Format,
     /// Where an external cluster is.
     #[command(flatten)]
     pub external: ExternalArgs,
@@ -115,12 +128,45 @@ pub struct CommonArgs {
     /// Also write queries.csv, one row per query.
     #[arg(long)]
     pub raw: bool,
-    /// No progress bar.
+    /// No progress on stderr unless --progress names a mode.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Progress on stderr: auto (a bar on a terminal, else a status line every 5 s of a run with elapsed time,
+    /// per-class goodput and p95, replicas up and aborted sessions, or a line per run of an experiment), bar, lines
+    /// or none.
+    #[arg(long, value_enum, default_value = "auto", value_name = "MODE")]
+    pub progress: Progress,
     /// What a failed run validity check (baseline steady, time-outs, phase length, stop deadline, generator) does: fail writes the run folder, prints each failed check and exits with status 1; warn prints them as warnings and exits 0.
     #[arg(long, value_enum, default_value = "fail")]
     pub checks: Checks,
+}
+
+/// `--progress`: how long work shows its progress on stderr.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Progress {
+    /// A bar on a terminal, status lines elsewhere.
+    #[default]
+    Auto,
+    /// Always the bar.
+    Bar,
+    /// Status lines every few seconds (a run) or per run (an experiment).
+    Lines,
+    /// Nothing (as --quiet).
+    None,
+}
+
+impl Progress {
+    /// What to show: `auto` is nothing with `quiet`, else chosen by whether
+    /// stderr is a terminal; a mode asked for by name holds even with `quiet`.
+    pub fn resolve(self, quiet: bool) -> Shown {
+        match self {
+            Progress::Auto if quiet => Shown::Nothing,
+            Progress::Auto if std::io::IsTerminal::is_terminal(&std::io::stderr()) => Shown::Bar,
+            Progress::Auto | Progress::Lines => Shown::Lines,
+            Progress::Bar => Shown::Bar,
+            Progress::None => Shown::Nothing,
+        }
+    }
 }
 
 /// `plbbench run`'s defaults, from its own clap definition (so fields added

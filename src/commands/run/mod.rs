@@ -5,6 +5,7 @@
 //! validation into a [`plan::Plan`] in [`plan`], and the glue that hands a
 //! plan to the simulator or a real cluster in [`launch`].
 
+use super::Format;
 use crate::core::metrics::{Collector, RunMetrics};
 use crate::core::model::{Class, EventKind};
 use crate::core::outcome::{BackendOutcome, Verdict};
@@ -21,6 +22,7 @@ use serde::Serialize;
 use std::time::Instant;
 
 pub mod args;
+mod dry_run;
 pub mod launch;
 pub mod plan;
 
@@ -30,11 +32,19 @@ pub mod plan;
 /// written; a complete run that failed a check is an [`Error::Checks`]
 /// (exit status 1) unless `--checks warn`.
 pub fn run(args: RunArgs) -> Result<(), Error> {
+    let (format, dry) = (args.format, args.dry_run);
     let plan = Plan::new(args)?;
+    if dry {
+        println!("{}", dry_run::render(&plan, format).trim_end());
+        return Ok(());
+    }
     let out = execute(&plan)?;
     eprintln!("wrote {}", plan.out.display());
     crate::commands::archive::refresh_after(&plan.out);
-    print_headline(&out.summary);
+    match format {
+        Format::Text => print_headline(&out.summary),
+        Format::Json => println!("{}", json_result(&plan.out, &out.summary)),
+    }
     for line in failed_check_lines(&out.summary, plan.checks, None) {
         eprintln!("{line}");
     }
@@ -52,6 +62,17 @@ pub fn run(args: RunArgs) -> Result<(), Error> {
             plan.out.display()
         ))),
     }
+}
+
+/// `run --format json`'s object: where the folder is, the failed checks'
+/// names and the whole summary.json (its `schema_version` included).
+fn json_result(out: &std::path::Path, s: &Summary) -> serde_json::Value {
+    serde_json::json!({
+        "out": out,
+        "report": out.join("report.html"),
+        "failed_checks": s.failed_checks().iter().map(|v| v.name.clone()).collect::<Vec<_>>(),
+        "summary": s,
+    })
 }
 
 /// One stderr line per failed check of a run: `plbbench: check failed:
@@ -242,6 +263,7 @@ fn summarise(
     verdicts.extend(degradation_verdict(plan, m));
     verdicts.extend(outcome.verdicts.iter().cloned());
     Summary {
+        schema_version: crate::report::version::SUMMARY,
         partial: outcome.partial,
         settings: settings(plan),
         environment: environment(plan, &outcome, started),

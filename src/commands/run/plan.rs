@@ -111,8 +111,8 @@ pub struct Plan {
     pub metrics_addr: Option<SocketAddr>,
     /// Also write queries.csv.
     pub raw: bool,
-    /// Show a progress bar.
-    pub progress: bool,
+    /// What progress to show.
+    pub progress: crate::progress::Shown,
     /// Replace an existing run folder.
     pub force: bool,
     /// Where the run folder goes.
@@ -204,6 +204,16 @@ pub fn load_workload(path: Option<&Path>) -> Result<Workload, Error> {
     Workload::parse(&text).map_err(|e| input("--workload", format!("{name}: {e}")))
 }
 
+/// The time scale: `--duration` over the workload's run length when given,
+/// else `--time-scale`.
+fn time_scale(duration: Option<Duration>, time_scale: f64, w: &Workload) -> Result<f64, Error> {
+    match duration {
+        None => Ok(time_scale),
+        Some(d) if d.as_secs_f64() >= 1.0 => Ok(d.as_secs_f64() / w.run.duration_s),
+        Some(d) => Err(input("--duration", format!("must be at least 1s, got {}", humantime::format_duration(d)))),
+    }
+}
+
 impl Plan {
     /// Validates `args` into a plan.
     pub fn new(args: RunArgs) -> Result<Plan, Error> {
@@ -244,7 +254,7 @@ impl Plan {
         if c.cluster == ClusterKind::Local {
             refuse_partition_on_local(&faults_name, &events)?;
         }
-        let x = c.time_scale;
+        let x = time_scale(args.duration, c.time_scale, &workload)?;
         let faults = faults::scaled(&events, x);
         let (ramp_s, duration_s) = (workload.arrival.ramp_s * x, workload.run.duration_s * x);
         let phases = phases::cut(&faults, c.replicas, ramp_s, workload.run.baseline_s * x, duration_s);
@@ -284,7 +294,7 @@ impl Plan {
             cluster,
             metrics_addr: args.metrics_addr,
             raw: c.raw,
-            progress: !c.quiet,
+            progress: c.progress.resolve(c.quiet),
             force: args.force,
             out,
             checks: c.checks,

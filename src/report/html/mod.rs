@@ -373,6 +373,12 @@ fn checks_setting(c: Checks) -> &'static str {
     }
 }
 
+/// A real run whose replicas ran without their CPU quota (the simulator
+/// always applies its model of the quota).
+fn unenforced(s: &Summary) -> bool {
+    !s.environment.cpu_budget_enforced && s.settings.cluster != "sim"
+}
+
 fn environment(s: &Summary) -> Vec<Item> {
     let e = &s.environment;
     let pg = match (&e.postgres_version, s.settings.cluster.as_str()) {
@@ -380,11 +386,17 @@ fn environment(s: &Summary) -> Vec<Item> {
         (None, "sim") => "– (simulated cluster)".into(),
         (None, _) => DASH.into(),
     };
+    let sim = s.settings.cluster == "sim";
     let budget = Item {
         label: "CPU budget C per replica",
         value: format!("{} cores", sig3(e.cpu_budget_cores)),
-        alert: (!e.cpu_budget_enforced)
+        alert: unenforced(s)
             .then(|| "NOT ENFORCED: the budget was only modelled, replica capacity is not bounded by it".into()),
+    };
+    let enforced = match (sim, e.cpu_budget_enforced) {
+        (true, _) => "by the simulator's CFS bandwidth model (virtual time)",
+        (false, true) => "yes",
+        (false, false) => "no",
     };
     vec![
         item("plbbench", e.plbbench_version.clone()),
@@ -393,7 +405,7 @@ fn environment(s: &Summary) -> Vec<Item> {
         item("machine cores", e.cores.to_string()),
         item("machine memory", format!("{} GiB", sig3(e.memory_gib))),
         budget,
-        item("CPU budget enforced", if e.cpu_budget_enforced { "yes" } else { "no" }),
+        item("CPU budget enforced", enforced),
         item("started (UTC)", e.started_utc.clone()),
         item("wall-clock time", format!("{} s", sig3(s.wall_s))),
     ]
@@ -484,7 +496,7 @@ fn chart_views(
 ) -> Result<Vec<ChartView>, ReportError> {
     let view =
         |id, title, caption: String, svg: String| ChartView { id, title, caption, svg: Value::from_safe_string(svg) };
-    let unenforced = if s.environment.cpu_budget_enforced {
+    let unenforced = if !unenforced(s) {
         ""
     } else {
         " The budget was not enforced on this run, so values above 1.0 are possible and capacity is not comparable."

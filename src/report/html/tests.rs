@@ -118,6 +118,7 @@ fn synthetic(partial: bool, workload: &str) -> (Summary, RunMetrics) {
         timeouts: Vec::new(),
     };
     let summary = Summary {
+        schema_version: crate::report::version::SUMMARY,
         partial,
         settings: Settings {
             strategy: "plb".into(),
@@ -271,7 +272,9 @@ fn partial_banner_only_when_partial() {
 
 #[test]
 fn failing_checks_and_unenforced_budget_are_loud() {
-    let html = page(false);
+    let (mut s, m) = synthetic(false, "w");
+    s.settings.cluster = "local".into();
+    let html = render(&s, &m).unwrap();
     let banner = &html[html.find(r#"id="failing-verdicts""#).expect("red banner")..];
     let banner = &banner[..banner.find("</div>").unwrap()];
     assert!(banner.contains("saturation") && !banner.contains("accounting"));
@@ -279,10 +282,16 @@ fn failing_checks_and_unenforced_budget_are_loud() {
     assert!(!banner.contains("downgraded"));
     assert!(html.contains("NOT ENFORCED"));
     let (mut s, m) = synthetic(false, "w");
-    s.environment.cpu_budget_enforced = true;
+    (s.environment.cpu_budget_enforced, s.settings.cluster) = (true, "local".into());
     s.verdicts.retain(|v| v.ok);
     let html = render(&s, &m).unwrap();
     assert!(!html.contains("NOT ENFORCED") && !html.contains("failing-verdicts"));
+    // The simulator models the quota: no alarm in virtual time.
+    let (mut s, m) = synthetic(false, "w");
+    (s.environment.cpu_budget_enforced, s.settings.cluster) = (false, "sim".into());
+    let html = render(&s, &m).unwrap();
+    assert!(!html.contains("NOT ENFORCED") && !html.contains("budget was not enforced on this run"));
+    assert!(html.contains("CFS bandwidth model (virtual time)"));
 }
 
 #[test]

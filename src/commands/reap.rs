@@ -1,0 +1,22 @@
+//! What a killed plbbench left behind (SIGKILL, the OOM killer): the local
+//! clusters of `run` and `calibrate` record their owner process, and every
+//! command first removes those whose owner is gone, so nothing a killed
+//! plbbench started outlives the next command. A cluster kept on purpose
+//! (`cluster up`) and one whose owner still runs are left alone. The
+//! docker backend's run cluster is removed by the next docker run.
+
+use crate::cluster::local::{default_state_dir, LocalCluster};
+
+/// Removes orphaned run and calibration clusters, saying so on stderr; a
+/// failure is a warning (the command itself goes on).
+pub fn orphans() {
+    let base = default_state_dir();
+    for name in ["run", "calibrate"] {
+        let dir = base.with_file_name(name);
+        match LocalCluster::reap_orphan(&dir) {
+            Ok(true) => eprintln!("plbbench: removed the cluster a killed plbbench left in {}", dir.display()),
+            Ok(false) => {}
+            Err(e) => eprintln!("plbbench: warning: cannot remove the leftovers in {}: {e}", dir.display()),
+        }
+    }
+}

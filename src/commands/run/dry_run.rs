@@ -1,0 +1,61 @@
+//! `plbbench run --dry-run`: the resolved plan (what would run, its
+//! timeline, phases and fault schedule, the routing parameters and the
+//! load the workload offers) printed without starting anything, as text or
+//! as one JSON object. The same validation as a run, so a plan that prints
+//! is a plan that starts.
+
+use super::plan::Plan;
+use super::settings;
+use crate::commands::Format;
+
+/// The offered CPU, as fractions of the budgets.
+fn offered(plan: &Plan) -> (f64, f64) {
+    let w = &plan.workload;
+    (
+        w.offered_utilisation(plan.clients, plan.premium_pct, plan.replicas, plan.cpus),
+        w.partition_utilisation(plan.clients, plan.premium_pct, plan.router.split, plan.cpus),
+    )
+}
+
+/// The plan in `format`.
+pub fn render(plan: &Plan, format: Format) -> String {
+    let s = settings(plan);
+    let (cluster, partition) = offered(plan);
+    match format {
+        Format::Json => serde_json::json!({
+            "settings": s,
+            "cpus": plan.cpus,
+            "phases": plan.phases,
+            "faults": plan.faults,
+            "offered_utilisation": cluster,
+            "rr_split_partition_utilisation": partition,
+            "out": plan.out,
+        })
+        .to_string(),
+        Format::Text => {
+            let mut out = format!(
+                "{} · mix {} · T={} · faults {} · {} cluster · K={} · C={} · {:.0} s (time scale {})\n",
+                s.strategy, s.mix, s.clients, s.faults, s.cluster, s.replicas, plan.cpus, s.duration_s, s.time_scale
+            );
+            out.push_str(&format!(
+                "offered CPU: {:.0}% of the cluster's budget; {:.0}% of the busier rr-split {} partition\n",
+                cluster * 100.0,
+                partition * 100.0,
+                s.split
+            ));
+            out.push_str(&format!(
+                "routing: reference {} · theta {} · alpha {} · detection {} · admission {} · recovery {}\nphases:\n",
+                s.reference, s.theta, s.alpha, s.detection, s.admission, s.recovery
+            ));
+            for p in &plan.phases {
+                out.push_str(&format!("  {:<9} {:>7.1} - {:>7.1} s  {} up\n", p.name, p.start_s, p.end_s, p.survivors));
+            }
+            out.push_str("faults:\n");
+            for f in &plan.faults {
+                out.push_str(&format!("  {:>7.1} s  {}  {}\n", f.t_s, f.replica, f.action));
+            }
+            out.push_str(&format!("would write {}\n", plan.out.display()));
+            out
+        }
+    }
+}
