@@ -1,7 +1,9 @@
-//! Browser check (issue 5): the report.html of a run and of an experiment
-//! open in a real headless Chromium (Debian's `chromium`) with no console
-//! error, no failed resource, and every figure's chart drawn at a real size;
-//! a screenshot of each is saved under `target/browser-check/`.
+//! Browser check (issue 5): the report.html of a run and of an experiment,
+//! a compare page and the archive page open in a real headless Chromium
+//! (Debian's `chromium`) 1280 px wide with no console error, no failed
+//! resource, every figure's chart drawn at a real size and no table
+//! scrolling sideways; a screenshot of each is saved under
+//! `target/browser-check/`.
 //!
 //! The page is probed through a copy beside it (so relative links resolve)
 //! with two small scripts added: one first in `<head>` that records errors
@@ -38,10 +40,13 @@ window.addEventListener('load', function () {
     var r = s.getBoundingClientRect();
     return !(r.width > 200 && r.height > 100) || s.querySelectorAll('rect, polyline, path, text').length < 10;
   }).map(function (f) { return f.id || '(no id)'; });
+  var wide = Array.prototype.slice.call(document.querySelectorAll('.wide')).filter(function (w) {
+    return w.scrollWidth > w.clientWidth + 1;
+  }).map(function (w) { var s = w.closest('section'); return (s && s.id) || '(no section)'; });
   var out = document.createElement('pre');
   out.id = 'plb-check';
   var mark = ['PLB', 'RESULT'].join('');
-  out.textContent = mark + JSON.stringify({ figures: figures.length, bad: bad, errors: window.__plbErrors }) + mark;
+  out.textContent = mark + JSON.stringify({ figures: figures.length, bad: bad, errors: window.__plbErrors, overflow: wide }) + mark;
   document.body.appendChild(out);
 });
 </script>"#;
@@ -96,10 +101,13 @@ struct Check {
     figures: usize,
     bad: Vec<String>,
     errors: Vec<String>,
+    /// Sections whose table scrolls sideways at the window's width.
+    overflow: Vec<String>,
 }
 
-/// Opens `page` through a probe copy, checks it, and screenshots the page
-/// itself to `shot`. `min_figures` guards against a page that lost its charts.
+/// Opens `page` through a probe copy at 1280 px wide, checks it, and
+/// screenshots the page itself to `shot`. `min_figures` guards against a
+/// page that lost its charts; no table may scroll sideways.
 fn check_page(bin: &Path, page: &Path, min_figures: usize, shot: &Path) {
     let html = std::fs::read_to_string(page).unwrap();
     let source_figures = html.matches("<figure").count();
@@ -117,7 +125,8 @@ fn check_page(bin: &Path, page: &Path, min_figures: usize, shot: &Path) {
     std::fs::write(&probe, probed).unwrap();
     let profile = page.with_file_name("chromium-profile");
     let url = format!("file://{}", probe.display());
-    let out = headless(bin, &profile, &["--virtual-time-budget=10000".into(), "--dump-dom".into()], &url);
+    let args = ["--virtual-time-budget=10000".into(), "--window-size=1280,4000".into(), "--dump-dom".into()];
+    let out = headless(bin, &profile, &args, &url);
     let dom = String::from_utf8_lossy(&out.stdout);
     let json = dom.split("PLBRESULT").nth(1).unwrap_or_else(|| {
         panic!(
@@ -131,13 +140,14 @@ fn check_page(bin: &Path, page: &Path, min_figures: usize, shot: &Path) {
     assert_eq!(check.figures, source_figures, "{}: figures in the DOM vs the file", page.display());
     assert!(check.bad.is_empty(), "{}: figures without a drawn chart: {:?}", page.display(), check.bad);
     assert!(check.errors.is_empty(), "{}: errors in the browser: {:?}", page.display(), check.errors);
+    assert!(check.overflow.is_empty(), "{}: tables wider than 1280 px: {:?}", page.display(), check.overflow);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let console: Vec<&str> = stderr.lines().filter(|l| l.contains("CONSOLE") || l.contains("Uncaught")).collect();
     assert!(console.is_empty(), "{}: console messages: {console:?}", page.display());
     std::fs::remove_file(&probe).unwrap();
     let url = format!("file://{}", page.display());
     let _ = std::fs::remove_file(shot);
-    let args = [format!("--screenshot={}", shot.display()), "--window-size=1300,4000".into()];
+    let args = [format!("--screenshot={}", shot.display()), "--window-size=1280,4000".into()];
     let out = headless(bin, &profile, &args, &url);
     let size = std::fs::metadata(shot).map(|m| m.len()).unwrap_or(0);
     assert!(
@@ -183,6 +193,36 @@ fn run_and_experiment_reports_render_in_chromium() {
     for href in hrefs.iter().filter(|h| !h.starts_with('#')) {
         assert!(exp.join(href).is_file(), "broken link {href}");
     }
+    // The compare page of the run against a second one, and the archive
+    // page of all three folders.
+    let run2 = root.join("run-rr");
+    plbbench(&[
+        "run",
+        "--cluster",
+        "sim",
+        "--faults",
+        "cascade",
+        "--T",
+        "300",
+        "--strategy",
+        "rr",
+        "-q",
+        "--out",
+        run2.to_str().unwrap(),
+    ]);
+    let cmp = root.join("compare.html");
+    let out = Command::new(env!("CARGO_BIN_EXE_plbbench"))
+        .args(["compare", run.to_str().unwrap(), run2.to_str().unwrap(), "--html", cmp.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "compare: {}", String::from_utf8_lossy(&out.stderr));
+    check_page(&bin, &cmp, 1, &shots.join("compare.png"));
+    let out = Command::new(env!("CARGO_BIN_EXE_plbbench"))
+        .args(["archive", "--root", root.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "archive: {}", String::from_utf8_lossy(&out.stderr));
+    check_page(&bin, &root.join("index.html"), 0, &shots.join("archive.png"));
     eprintln!("screenshots in {}", shots.canonicalize().unwrap().display());
     let _ = std::fs::remove_dir_all(&root);
 }

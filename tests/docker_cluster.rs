@@ -305,3 +305,54 @@ fn cascade_run_on_docker_routes_around_downs_and_down_all_cleans() {
     let d = rt.block_on(engine());
     assert_eq!(rt.block_on(labelled(&d, &format!("{LABEL_MANAGED}=true"))), Vec::<String>::new());
 }
+
+/// SIGKILL of a docker run runs no handler: its containers outlive it, and
+/// the next plbbench command (any of them) finds the owner gone and removes
+/// every object of that cluster and its state file.
+#[test]
+fn a_sigkilled_docker_run_is_removed_by_the_next_command() {
+    if !engine_or_skip("a_sigkilled_docker_run_is_removed_by_the_next_command") {
+        return;
+    }
+    let _one = serial();
+    image();
+    let sb = Sandbox::new("docker-kill");
+    let state = sb.root.join("docker-run").join("cluster.json");
+    let mut run = Running::start_on(&sb, "docker", "none", &["--time-scale", "0.2"]);
+    let rt = runtime();
+    let d = rt.block_on(engine());
+    let read = || -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(&state).unwrap_or_default()).unwrap_or_default()
+    };
+    let up = || {
+        let v = read();
+        let running = |name: &str| {
+            let c = rt.block_on(d.inspect_container(name, None));
+            c.ok().and_then(|c| c.state?.running).unwrap_or(false)
+        };
+        let names: Vec<String> = v["replicas"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| Some(r["name"].as_str()?.to_string()))
+            .collect();
+        names.len() == 5 && names.iter().all(|n| running(n))
+    };
+    if let Some(st) = run.poll(RUN_LIMIT, |_| up()) {
+        panic!("run exited ({st}) before its containers ran:\n{}", sb.stderr());
+    }
+    let id = read()["id"].as_str().unwrap().to_string();
+    nix::sys::signal::kill(run.pid(), nix::sys::signal::Signal::SIGKILL).unwrap();
+    run.finish(RUN_LIMIT);
+    let label = format!("{LABEL_CLUSTER}={id}");
+    assert!(!rt.block_on(labelled(&d, &label)).is_empty(), "nothing outlived the SIGKILL: this test shows nothing");
+    let out = Command::new(env!("CARGO_BIN_EXE_plbbench"))
+        .arg("roles")
+        .env("PLBBENCH_STATE_DIR", sb.state_dir())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && err.contains("removed the containers a killed plbbench left"), "{err}");
+    assert_eq!(rt.block_on(labelled(&d, &label)), Vec::<String>::new());
+    assert!(!state.exists(), "the state file is still there");
+}

@@ -238,6 +238,7 @@ impl DockerCluster {
             version: String::new(),
             timings: vec![("image".into(), if built.reused { 0.0 } else { built.seconds })],
             keep: false,
+            owner: crate::cluster::local::procs::identity(std::process::id() as i32),
         };
         let mut c = DockerCluster {
             state: st,
@@ -335,7 +336,26 @@ impl DockerCluster {
     pub fn set_persistent(&mut self, persistent: bool) -> Result<(), DockerError> {
         self.persistent = persistent;
         self.state.keep = persistent;
+        self.state.owner =
+            if persistent { None } else { crate::cluster::local::procs::identity(std::process::id() as i32) };
         self.save()
+    }
+
+    /// Removes the cluster saved in `state_dir` when it is an orphan: not
+    /// kept, and its recorded owner process gone. `Ok(false)` when there is
+    /// none, the owner lives, or no owner is recorded (an older file).
+    pub fn reap_orphan(state_dir: &Path) -> Result<bool, DockerError> {
+        let Some(st) = state::read(state_dir)? else { return Ok(false) };
+        match st.owner {
+            Some(o) if !st.keep && crate::cluster::local::procs::identity(o.0) != Some(o) => {
+                let rt = runtime()?;
+                let docker = block(&rt, engine())?;
+                block(&rt, remove_labelled(&docker, Some(&st.id)))?;
+                state::remove(state_dir);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     /// Whether dropping this value leaves the cluster running.

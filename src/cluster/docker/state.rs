@@ -58,6 +58,11 @@ pub(super) struct State {
     /// Kept after plbbench exits (`cluster up`).
     #[serde(default)]
     pub keep: bool,
+    /// The plbbench process that owns a cluster it does not keep, as
+    /// `(pid, start time)`: once that process is gone (killed with
+    /// SIGKILL, say) the cluster is an orphan the next command removes.
+    #[serde(default)]
+    pub owner: Option<(i32, u64)>,
 }
 
 const STATE_FILE: &str = "cluster.json";

@@ -61,12 +61,16 @@ pub fn spread_bars(chart: &'static str, panels: &[BarPanel]) -> Result<String, C
     })
 }
 
+/// Width of a value label's character at 11 px, px (a generous estimate).
+const LABEL_CHAR_PX: f64 = 6.6;
+
 /// The y range of a panel: spans zero, the whiskers and the reference.
 fn y_range(p: &BarPanel) -> (f64, f64) {
     let values = p.series.iter().flat_map(|s| s.values.iter().flatten()).flat_map(|v| [v.median, v.q1, v.q3]).flatten();
     let values: Vec<f64> = values.chain(p.reference).filter(|v| v.is_finite()).collect();
     let hi = top(values.iter().copied(), 0.0);
-    let lo = values.iter().copied().fold(0.0, f64::min) * 1.12;
+    // Below zero, room for the value label under the lowest whisker.
+    let lo = values.iter().copied().fold(0.0, f64::min) * 1.25;
     if hi - lo <= 0.0 {
         (0.0, 1.0)
     } else {
@@ -119,9 +123,16 @@ fn panel(area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>, p: &BarPane
                 chart.draw_series(lines.into_iter().map(|l| PathElement::new(l, INK.stroke_width(1))))?;
             }
             let text = median.map_or("n/a".to_string(), super::sig3);
-            let y = median.map_or(0.0, |m| if m < 0.0 { m } else { m.max(v.as_ref().and_then(|v| v.q3).unwrap_or(m)) });
+            // The label sits beyond the whisker's end, under a negative bar
+            // and over a positive one; where a slot is narrower than its
+            // label, every other series' label is lifted a line so that
+            // neighbours never run together.
+            let (q1, q3) = (v.as_ref().and_then(|v| v.q1), v.as_ref().and_then(|v| v.q3));
             let below = median.is_some_and(|m| m < 0.0);
-            let (vpos, dy) = if below { (VPos::Top, 3) } else { (VPos::Bottom, -3) };
+            let y = median.map_or(0.0, |m| if below { m.min(q1.unwrap_or(m)) } else { m.max(q3.unwrap_or(m)) });
+            let slot_px = chart.backend_coord(&(x0 + slot, lo)).0 - chart.backend_coord(&(x0, lo)).0;
+            let stagger = if (text.len() as f64 * LABEL_CHAR_PX) > f64::from(slot_px) && j % 2 == 1 { 12 } else { 0 };
+            let (vpos, dy) = if below { (VPos::Top, 3 + stagger) } else { (VPos::Bottom, -3 - stagger) };
             let label = EmptyElement::at((mid, y)) + Text::new(text, (0, dy), text_style(11, INK, HPos::Center, vpos));
             chart.draw_series(std::iter::once(label))?;
         }
@@ -153,6 +164,54 @@ mod tests {
         let (lo, hi) = y_range(&panel_of(vec![spread(2.0, 1.0, 3.0), None]));
         assert!(lo == 0.0 && hi >= 3.0, "{lo}..{hi}");
         assert_eq!(y_range(&panel_of(vec![None, None])), (0.0, 1.0));
+    }
+
+    /// `(x, y, text)` of every `<text>` element of an SVG.
+    fn text_xys(svg: &str) -> Vec<(f64, f64, String)> {
+        let attr =
+            |t: &str, a: &str| -> Option<f64> { t.split_once(&format!(" {a}=\""))?.1.split_once('"')?.0.parse().ok() };
+        svg.split("<text")
+            .skip(1)
+            .filter_map(|t| {
+                let head = t.split_once('>')?;
+                Some((attr(head.0, "x")?, attr(head.0, "y")?, head.1.split_once("</text>")?.0.trim().to_string()))
+            })
+            .collect()
+    }
+
+    /// Four series over twelve groups: the slots are narrower than a label,
+    /// so any two value labels closer than a label's width are on different
+    /// lines, never run together (38.8 beside 39.5).
+    #[test]
+    fn neighbouring_labels_of_narrow_bars_are_staggered() {
+        let series = |label: &str, m: f64| BarSeries {
+            label: label.into(),
+            colour: super::super::PREMIUM,
+            values: (0..12).map(|_| Some(Spread { n: 1, median: Some(m), q1: None, q3: None })).collect(),
+        };
+        let p = BarPanel {
+            y_desc: "goodput".into(),
+            groups: (1..=12).map(|i| format!("p{i}")).collect(),
+            series: vec![series("A", 38.8), series("B", 39.5), series("C", 38.9), series("D", 39.4)],
+            reference: None,
+        };
+        let svg = spread_bars("test", &[p]).unwrap();
+        let labels: Vec<(f64, f64, String)> = text_xys(&svg)
+            .into_iter()
+            .filter(|(_, _, t)| ["38.8", "39.5", "38.9", "39.4"].contains(&t.as_str()))
+            .collect();
+        assert_eq!(labels.len(), 48);
+        let width = 4.0 * LABEL_CHAR_PX;
+        let mut close = 0;
+        for (i, a) in labels.iter().enumerate() {
+            for b in &labels[i + 1..] {
+                if (a.0 - b.0).abs() < width {
+                    close += 1;
+                    assert!((a.1 - b.1).abs() >= 10.0, "{a:?} and {b:?} run together");
+                }
+            }
+        }
+        assert!(close >= 12, "only {close} close pairs: the test shows nothing");
     }
 
     /// The trimmed contents of every `<text>` element of an SVG.
