@@ -1,10 +1,9 @@
-//! What a killed plbbench left behind (SIGKILL, the OOM killer): the local
-//! clusters of `run` and `calibrate` (and a docker run's) record their owner process, and every
-//! command first removes those whose owner is gone, so nothing a killed
-//! plbbench started outlives the next command. A cluster kept on purpose
-//! (`cluster up`) and one whose owner still runs are left alone. The
-//! docker backend's run cluster records its owner the same way; the engine
-//! is asked only when its state file is there.
+//! What a killed plbbench left behind (SIGKILL, the OOM killer): the
+//! clusters of a local `run`, of `calibrate` and of a docker run record
+//! their owner process, and every command first removes those whose owner
+//! is gone, so nothing a killed plbbench started outlives the next command.
+//! A cluster kept on purpose (`cluster up`) and one whose owner still runs
+//! are left alone; the docker engine is asked only for an orphan.
 
 use crate::cluster::docker::DockerCluster;
 use crate::cluster::local::{default_state_dir, LocalCluster};
@@ -22,11 +21,9 @@ pub fn orphans() {
         }
     }
     let dir = crate::cluster::docker::default_state_dir().with_file_name("docker-run");
-    if dir.join("cluster.json").exists() {
-        match DockerCluster::reap_orphan(&dir) {
-            Ok(true) => eprintln!("plbbench: removed the containers a killed plbbench left ({})", dir.display()),
-            Ok(false) => {}
-            Err(e) => eprintln!("plbbench: warning: cannot remove the containers a killed plbbench left: {e}"),
-        }
+    match DockerCluster::reap_orphan(&dir) {
+        Ok(true) => eprintln!("plbbench: removed the containers a killed plbbench left ({})", dir.display()),
+        Ok(false) => {}
+        Err(e) => eprintln!("plbbench: warning: cannot remove the containers a killed plbbench left: {e}"),
     }
 }

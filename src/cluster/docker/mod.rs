@@ -40,7 +40,7 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use futures_util::StreamExt;
 
-use super::local::{DB_NAME, DB_USER};
+use super::local::{procs, DB_NAME, DB_USER};
 use super::{dataset, pgconn, Fault};
 use image::PG_HOME;
 use state::{Rep, Secret, State};
@@ -238,7 +238,7 @@ impl DockerCluster {
             version: String::new(),
             timings: vec![("image".into(), if built.reused { 0.0 } else { built.seconds })],
             keep: false,
-            owner: crate::cluster::local::procs::identity(std::process::id() as i32),
+            owner: procs::own_identity(),
         };
         let mut c = DockerCluster {
             state: st,
@@ -336,8 +336,7 @@ impl DockerCluster {
     pub fn set_persistent(&mut self, persistent: bool) -> Result<(), DockerError> {
         self.persistent = persistent;
         self.state.keep = persistent;
-        self.state.owner =
-            if persistent { None } else { crate::cluster::local::procs::identity(std::process::id() as i32) };
+        self.state.owner = if persistent { None } else { procs::own_identity() };
         self.save()
     }
 
@@ -347,7 +346,7 @@ impl DockerCluster {
     pub fn reap_orphan(state_dir: &Path) -> Result<bool, DockerError> {
         let Some(st) = state::read(state_dir)? else { return Ok(false) };
         match st.owner {
-            Some(o) if !st.keep && crate::cluster::local::procs::identity(o.0) != Some(o) => {
+            Some(o) if !st.keep && procs::owner_gone(o) => {
                 let rt = runtime()?;
                 let docker = block(&rt, engine())?;
                 block(&rt, remove_labelled(&docker, Some(&st.id)))?;

@@ -174,7 +174,7 @@ impl LocalCluster {
         // From here on, dropping `c` (on any error) tears everything down.
         let mut c = Self::empty(&state_dir);
         (c.bindir, c.version, c.password, c.run_as, c.replicas) = (bindir, version, Secret(password), run_as, replicas);
-        c.owner = procs::identity(std::process::id() as i32);
+        c.owner = procs::own_identity();
         c.save()?;
         c.cgroups = match CgroupSet::create(&format!("{:08x}", rand::random::<u32>()), opts.replicas) {
             Ok(set) => Some(set),
@@ -238,7 +238,7 @@ impl LocalCluster {
     pub fn load(state_dir: &Path) -> Result<Option<LocalCluster>, LocalError> {
         let Some(mut c) = Self::read_state(state_dir)? else { return Ok(None) };
         c.persistent = true;
-        if !c.keep && c.owner.is_none_or(|o| procs::identity(o.0) != Some(o)) {
+        if !c.keep && c.owner.is_none_or(procs::owner_gone) {
             return Ok(None);
         }
         for r in 0..c.replicas.len() {
@@ -282,7 +282,7 @@ impl LocalCluster {
     pub fn reap_orphan(state_dir: &Path) -> Result<bool, LocalError> {
         let Some(mut c) = Self::read_state(state_dir)? else { return Ok(false) };
         match c.owner {
-            Some(o) if !c.keep && procs::identity(o.0) != Some(o) => {
+            Some(o) if !c.keep && procs::owner_gone(o) => {
                 c.teardown()?;
                 Ok(true)
             }
@@ -303,7 +303,7 @@ impl LocalCluster {
     pub fn set_persistent(&mut self, persistent: bool) -> Result<(), LocalError> {
         self.persistent = persistent;
         self.keep = persistent;
-        self.owner = if persistent { None } else { procs::identity(std::process::id() as i32) };
+        self.owner = if persistent { None } else { procs::own_identity() };
         self.save()
     }
 

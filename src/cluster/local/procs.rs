@@ -167,6 +167,17 @@ pub fn tree(pid: i32) -> Vec<i32> {
     out
 }
 
+/// This process's identity, recorded as the owner of a cluster it starts.
+pub fn own_identity() -> Option<(i32, u64)> {
+    identity(std::process::id() as i32)
+}
+
+/// Whether the process recorded as `owner` is gone (exited, or its pid
+/// now belongs to another process).
+pub fn owner_gone(owner: (i32, u64)) -> bool {
+    identity(owner.0) != Some(owner)
+}
+
 /// `(pid, start time in clock ticks since boot)` of a live process: with
 /// the start time, a recorded pid cannot be mistaken for a reused one.
 pub fn identity(pid: i32) -> Option<(i32, u64)> {

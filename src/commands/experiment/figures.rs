@@ -236,7 +236,8 @@ fn rq3(all: &[Summary], mix: String) -> Option<Rq3> {
     Some(Rq3 { mix, seeds: seeds(&plb), rows })
 }
 
-fn num(v: Option<f64>, prec: usize) -> String {
+/// `v` at `prec` decimals, `-` when missing (also the cell summary's).
+pub(super) fn num(v: Option<f64>, prec: usize) -> String {
     v.map_or("-".into(), |v| format!("{v:.prec$}"))
 }
 

@@ -4,13 +4,10 @@
 //! and p95 and the worst phase after it (highest median p95, with its
 //! retention), medians across repeats.
 
+use super::figures::num;
 use crate::core::phases::BASELINE;
 use crate::report::experiment::CellRow;
 use std::fmt::Write;
-
-fn num(v: Option<f64>, prec: usize) -> String {
-    v.map_or("-".into(), |v| format!("{v:.prec$}"))
-}
 
 /// The table: one line per (fault, mix, strategy, load) and class.
 pub fn render(cells: &[CellRow]) -> String {
