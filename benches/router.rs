@@ -8,7 +8,7 @@
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion};
 use plbbench::core::model::Class;
-use plbbench::core::router::{Router, RouterConfig, Strategy};
+use plbbench::core::router::{FreemiumBorrow, Router, RouterConfig, Strategy};
 
 /// A router over `k` replicas (reference and split scaled from 2,1,2 and
 /// 3:2) with 10 sessions per replica already admitted, one in four Premium.
@@ -23,6 +23,7 @@ fn loaded(strategy: Strategy, k: usize) -> Router {
         theta: 10,
         alpha: 0.7,
         mixed_bounded: false,
+        freemium_borrow: FreemiumBorrow::Surplus,
     };
     let mut router = Router::new(cfg);
     for i in 0..10 * k {

@@ -80,6 +80,66 @@ fn format_json_prints_one_object_for_scripts() {
     assert!(!text(&out.stdout).contains("goodput_qps  retention"), "no text table");
 }
 
+/// `--stream FILE`: a `run` line, then one line per second of the run whose
+/// completed queries sum to phases.csv's totals (the same rule decides which
+/// queries count), with every replica's state at the second's end.
+#[test]
+fn stream_writes_a_line_per_second_that_sums_to_the_totals() {
+    let dir = tmp("stream");
+    let file = std::env::temp_dir().join(format!("plbbench-cli-stream-{}.ndjson", std::process::id()));
+    let out = sim_run(
+        &dir,
+        &["--T", "200", "--faults", "cascade", "--duration", "60s", "--checks", "warn", "--stream"]
+            .into_iter()
+            .chain([file.to_str().unwrap()])
+            .collect::<Vec<_>>(),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines[0]["type"], "run");
+    assert_eq!(lines[0]["strategy"], "plb");
+    assert_eq!(lines[0]["schema_version"], 1);
+    let seconds = &lines[1..];
+    assert_eq!(seconds.len(), 60, "one line per second of a 60 s run");
+    for (i, l) in seconds.iter().enumerate() {
+        assert_eq!((l["type"].as_str(), l["t_s"].as_u64()), (Some("second"), Some(i as u64)));
+        assert_eq!(l["replicas"].as_array().unwrap().len(), 5, "second {i}");
+    }
+    let down = |l: &serde_json::Value| l["replicas"].as_array().unwrap().iter().filter(|r| r["up"] == false).count();
+    assert_eq!(down(&seconds[5]), 0);
+    assert_eq!(down(&seconds[35]), 2, "the cascade, time-scaled: r1 down 24-42 s, r2 30-48 s");
+    assert_eq!(down(&seconds[59]), 0);
+    let phases: Vec<Row> = csv_rows(&dir.join("phases.csv"));
+    for class in ["P", "F"] {
+        let streamed: u64 = seconds
+            .iter()
+            .flat_map(|l| l["classes"].as_array().unwrap().iter().filter(|c| c["class"] == class))
+            .map(|c| c["completed"].as_u64().unwrap())
+            .sum();
+        let total: u64 =
+            phases.iter().filter(|r| r["class"] == class).map(|r| r["completed"].parse::<u64>().unwrap()).sum();
+        assert!(total > 0);
+        assert_eq!(streamed, total, "class {class}");
+    }
+    let bad = plbbench(&[
+        "run",
+        "--cluster",
+        "sim",
+        "--stream",
+        "/nonexistent/x.ndjson",
+        "--out",
+        tmp("stream-bad").to_str().unwrap(),
+    ]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad.stderr).contains("--stream"), "{}", text(&bad.stderr));
+    std::fs::remove_file(file).unwrap();
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 /// `--duration` scales the whole timeline to the asked length (k6's
 /// spelling); zero and a --time-scale beside it are refused.
 #[test]
@@ -206,6 +266,7 @@ fn bad_input_is_one_line_with_status_2() {
         (vec!["--faults", "cascde"], "did you mean `cascade`?"),
         (vec!["--strateg", "plb"], "did you mean `--strategy`?"),
         (vec!["--strategy", "plbb"], "did you mean `plb`?"),
+        (vec!["--freemium-borrow", "sometimes"], "--freemium-borrow"),
         (vec!["--faults", &unknown_replica], "replica"),
         (vec!["--faults", &late], "end of the run"),
         (vec!["--faults", &early], "before the end of the ramp"),
@@ -255,6 +316,34 @@ fn k_derives_the_splits_and_each_flag_belongs_to_its_strategy() {
         assert_eq!(summary["settings"]["split"], split, "{extra:?}");
         std::fs::remove_dir_all(dir).unwrap();
     }
+}
+
+/// `--freemium-borrow`: each rule is recorded in the settings, and on a
+/// saturated cascade the rules that let Freemium into Premium's replicas do
+/// borrow (events.csv logs `P->F borrow`) while `never` and design.md's
+/// `surplus` (the Premium role is never above its target here) do not.
+#[test]
+fn freemium_borrowing_rules_are_recorded_and_change_the_routing() {
+    for (rule, borrows) in [("surplus", false), ("idle", true), ("mirror", true), ("never", false)] {
+        let dir = tmp(&format!("borrow-{rule}"));
+        let args = ["--T", "1000", "--load", "1.2", "--faults", "cascade", "--time-scale", "0.3", "--checks", "warn"];
+        let out = sim_run(&dir, &[&args[..], &["--freemium-borrow", rule]].concat());
+        assert!(out.status.success(), "{rule}: {}", text(&out.stderr));
+        let s = summary_of(&dir);
+        assert_eq!(
+            (s["settings"]["freemium_borrow"].as_str(), s["settings"]["mixed"].as_str()),
+            (Some(rule), Some("bounded"))
+        );
+        let events = std::fs::read_to_string(dir.join("events.csv")).unwrap();
+        assert_eq!(events.contains("P->F borrow"), borrows, "{rule}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+    let rr = tmp("borrow-rr");
+    assert!(sim_run(&rr, &["--strategy", "rr", "--T", "200", "--time-scale", "0.1", "--faults", "none"])
+        .status
+        .success());
+    assert!(summary_of(&rr)["settings"].get("freemium_borrow").is_none(), "a plb knob only");
+    std::fs::remove_dir_all(rr).unwrap();
 }
 
 fn plbbench_default_workload() -> String {

@@ -4,7 +4,7 @@
 
 use plbbench::core::model::{Class, ReplicaId, Role};
 use plbbench::core::roles::{count, target};
-use plbbench::core::router::{Router, RouterConfig, Strategy as Routing};
+use plbbench::core::router::{FreemiumBorrow, Router, RouterConfig, Strategy as Routing};
 use proptest::prelude::*;
 
 /// The target vector restated independently from design.md §2 (floating
@@ -66,7 +66,24 @@ fn config(strategy: Routing, k: usize, reference: [usize; 3], split_p: usize) ->
         theta: 3,
         alpha: 0.7,
         mixed_bounded: split_p % 2 == 0,
+        freemium_borrow: [FreemiumBorrow::Surplus, FreemiumBorrow::Idle, FreemiumBorrow::Mirror, FreemiumBorrow::Never]
+            [split_p % 4],
     }
+}
+
+/// Replicas of `class`'s own role or Mixed below theta: where bounded
+/// admission must send a new session of `class` if there are any.
+fn below_theta(router: &Router, k: usize, class: Class) -> Vec<usize> {
+    let own = if class == Class::P { Role::P } else { Role::F };
+    let theta = router.config().theta;
+    (0..k)
+        .filter(|&x| {
+            let r = ReplicaId(x);
+            router.is_healthy(r)
+                && matches!(router.role(r), Role::M) | (router.role(r) == own)
+                && router.active(r).iter().sum::<u32>() < theta
+        })
+        .collect()
 }
 
 proptest! {
@@ -91,11 +108,22 @@ proptest! {
         let split_p = split_seed % (k + 1);
         let mut router = Router::new(config(strategy, k, r, split_p));
         let mut open: Vec<(usize, Class)> = Vec::new();
+        let mut health_changed = false;
         for op in ops {
             match op {
                 Op::Admit(class) => {
+                    let below = below_theta(&router, k, class);
+                    let bounded = strategy == Routing::Plb && router.config().mixed_bounded;
+                    let own = if class == Class::P { Role::P } else { Role::F };
+                    let own_role_up = (0..k).any(|x| router.is_healthy(ReplicaId(x)) && router.role(ReplicaId(x)) == own);
                     if let Some(rep) = router.admit(class) {
                         prop_assert!(router.is_healthy(rep), "routed to a down replica");
+                        if bounded && !below.is_empty() {
+                            prop_assert!(below.contains(&rep.idx()), "past theta on {} while {:?} were below it", rep, below);
+                        }
+                        if bounded && below.is_empty() && own_role_up {
+                            prop_assert!(router.role(rep) != Role::M, "Mixed {} admitted past theta", rep);
+                        }
                         if strategy == Routing::RrSplit {
                             let own = if class == Class::P { rep < ReplicaId(split_p) } else { rep >= ReplicaId(split_p) };
                             prop_assert!(own, "rr-split crossed its partition");
@@ -114,6 +142,7 @@ proptest! {
                     let rep = i % k;
                     let healthy = matches!(op, Op::Heal(_));
                     let changed = router.is_healthy(ReplicaId(rep)) != healthy;
+                    health_changed |= changed;
                     router.set_health(ReplicaId(rep), healthy);
                     // Roles start at the reference split; repair (and so the
                     // target) applies from the first change of survivors on.
@@ -126,6 +155,18 @@ proptest! {
             }
             let sessions: u32 = (0..k).map(|x| router.active(ReplicaId(x)).iter().sum::<u32>()).sum();
             prop_assert_eq!(sessions as usize, open.len());
+        }
+        // Pressure subsides: once every session has left, each borrowed
+        // replica is back in its home role, so the roles are again what the
+        // last repair (or the start) made them.
+        if strategy == Routing::Plb {
+            for (rep, class) in open.drain(..) {
+                router.release(ReplicaId(rep), class);
+            }
+            let roles: Vec<Option<Role>> =
+                (0..k).map(|x| router.is_healthy(ReplicaId(x)).then(|| router.role(ReplicaId(x)))).collect();
+            let want = if health_changed { target(router.survivors(), r, k) } else { r };
+            prop_assert_eq!(count(&roles), want, "after every session left");
         }
     }
 }

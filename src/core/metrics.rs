@@ -144,6 +144,8 @@ pub struct Collector {
     rejections: BTreeMap<(Class, String), u64>,
     queue: QueueBooks,
     last_record_s: f64,
+    /// `--stream`: where each complete second goes, and the next to send.
+    stream: Option<(super::stream::Sink, usize)>,
 }
 
 /// Sessions through the admission queue, per class: every one that joined
@@ -314,6 +316,55 @@ impl Collector {
             rejections: BTreeMap::new(),
             queue: QueueBooks::default(),
             last_record_s: 0.0,
+            stream: None,
+        }
+    }
+
+    /// Sends every second to `sink` once it is complete (`run --stream`).
+    pub fn stream_to(&mut self, sink: super::stream::Sink) {
+        self.stream = Some((sink, 0));
+    }
+
+    /// Sends the seconds not sent yet, up to the run's (possibly cut) end.
+    pub fn end_stream(&mut self) {
+        let end = self.phases.last().map_or(0.0, |p| p.end_s).ceil() as usize;
+        self.send_seconds(end.min(self.seconds.len()));
+    }
+
+    /// Sends the seconds from the next unsent one up to `until` (exclusive).
+    fn send_seconds(&mut self, until: usize) {
+        let Some((mut sink, next)) = self.stream.take() else { return };
+        for k in next..until.max(next) {
+            sink(&self.second_line(k));
+        }
+        self.stream = Some((sink, until.max(next)));
+    }
+
+    /// Second `k` as the stream shows it.
+    fn second_line(&self, k: usize) -> super::stream::Second {
+        let end = (k + 1) as f64;
+        let replicas =
+            self.replica_rows.iter().rev().skip_while(|r| r.t_s >= end + 1.0).take_while(|r| r.t_s >= end).cloned();
+        let mut replicas: Vec<ReplicaRow> = replicas.collect();
+        replicas.reverse();
+        super::stream::Second {
+            t_s: k as u32,
+            phase: self.phases[locate(&self.phases, k as f64)].name.clone(),
+            classes: Class::ALL.into_iter().map(|c| self.series_row(k, c)).collect(),
+            replicas,
+        }
+    }
+
+    /// Second `k` of class `class`, as timeseries.csv has it.
+    fn series_row(&self, k: usize, class: Class) -> SeriesRow {
+        let s = &self.seconds[k][class.idx()];
+        SeriesRow {
+            t_s: k as u32,
+            class,
+            completed: s.completed,
+            goodput_qps: s.completed as f64,
+            p95_ms: (!s.latency_ms.is_empty()).then(|| s.latency_ms.value_at_quantile(0.95) as f64),
+            active_sessions: s.active,
         }
     }
 
@@ -495,6 +546,10 @@ impl Collector {
         for (agg, n) in self.seconds[sec].iter_mut().zip(active) {
             agg.active = n;
         }
+        if let Some((_, next)) = &self.stream {
+            let due = super::stream::due(*next, sec);
+            self.send_seconds(due.end);
+        }
     }
 
     /// Appends a row to events.csv.
@@ -594,24 +649,8 @@ impl Collector {
                 });
             }
         }
-        let timeseries = self
-            .seconds
-            .iter()
-            .enumerate()
-            .flat_map(|(t, sec)| {
-                Class::ALL.into_iter().map(move |class| {
-                    let s = &sec[class.idx()];
-                    SeriesRow {
-                        t_s: t as u32,
-                        class,
-                        completed: s.completed,
-                        goodput_qps: s.completed as f64,
-                        p95_ms: (!s.latency_ms.is_empty()).then(|| s.latency_ms.value_at_quantile(0.95) as f64),
-                        active_sessions: s.active,
-                    }
-                })
-            })
-            .collect();
+        let timeseries =
+            (0..self.seconds.len()).flat_map(|k| Class::ALL.map(|class| self.series_row(k, class))).collect();
         let backlog = self
             .seconds
             .iter()

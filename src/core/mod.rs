@@ -21,6 +21,7 @@ pub mod saturation;
 pub mod schedule;
 pub mod settings;
 pub mod status;
+pub mod stream;
 pub mod validity;
 pub mod watch;
 pub mod workload;

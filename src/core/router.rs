@@ -43,6 +43,41 @@ impl fmt::Display for Strategy {
     }
 }
 
+/// How far Freemium may borrow a Premium replica (admission step 3). The
+/// paper says replicas are borrowed across roles "during normal load
+/// variations" but not how far Freemium may reach into Premium's capacity,
+/// so design.md's rule is the default and the others are ablations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FreemiumBorrow {
+    /// design.md §2: a P replica idle of P sessions, only while the P role
+    /// is above its target (so never right after a repair).
+    #[default]
+    Surplus,
+    /// A P replica idle of P sessions, while the P role keeps another
+    /// unborrowed replica.
+    Idle,
+    /// Premium's own rule mirrored: the least-loaded P replica, while the
+    /// P role keeps another unborrowed replica and it is less loaded than
+    /// Freemium's best.
+    Mirror,
+    /// Freemium never borrows.
+    Never,
+}
+
+impl super::settings::Named for FreemiumBorrow {
+    const ALL: &'static [Self] =
+        &[FreemiumBorrow::Surplus, FreemiumBorrow::Idle, FreemiumBorrow::Mirror, FreemiumBorrow::Never];
+    fn name(self) -> &'static str {
+        match self {
+            FreemiumBorrow::Surplus => "surplus",
+            FreemiumBorrow::Idle => "idle",
+            FreemiumBorrow::Mirror => "mirror",
+            FreemiumBorrow::Never => "never",
+        }
+    }
+}
+
 /// Router settings (validated by the plan).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RouterConfig {
@@ -58,13 +93,16 @@ pub struct RouterConfig {
     pub theta: u32,
     /// PLB return factor alpha; tau = floor(alpha * theta) (default 0.7).
     pub alpha: f64,
-    /// Ablation: Mixed admits only below theta too (default false).
+    /// Mixed admits only below theta too (design.md §2 as revised; false is
+    /// the unbounded ablation).
     pub mixed_bounded: bool,
+    /// How far Freemium may borrow a Premium replica.
+    pub freemium_borrow: FreemiumBorrow,
 }
 
 impl RouterConfig {
     /// Test settings: `strategy` over `reference` (K = its sum), rr-split
-    /// halves, theta 10, alpha 0.7.
+    /// halves, theta 10, alpha 0.7, Mixed unbounded, design.md's borrowing.
     #[cfg(test)]
     pub(crate) fn for_tests(strategy: Strategy, reference: RoleVector) -> RouterConfig {
         let k = reference.iter().sum();
@@ -76,6 +114,7 @@ impl RouterConfig {
             theta: 10,
             alpha: 0.7,
             mixed_bounded: false,
+            freemium_borrow: FreemiumBorrow::Surplus,
         }
     }
 }
@@ -332,28 +371,36 @@ impl Router {
     /// Step 3 of PLB admission: lend a replica of the other class's role.
     fn borrow(&mut self, class: Class) -> Option<ReplicaId> {
         let own = Role::of(class);
-        let other = Role::of(class.other());
-        let lender = match class {
-            Class::P => {
-                // The F role must keep at least one unborrowed replica.
-                let unborrowed = self.count(|r| r.role == other && r.home.is_none());
-                let best = self.least_loaded(class, |r| r.role == other && r.home.is_none())?;
-                let own_best = self.least_loaded(class, |r| r.role == own).map(|r| self.replicas[r.idx()].load());
-                let less_loaded = own_best.is_none_or(|l| self.replicas[best.idx()].load() < l);
-                (unborrowed >= 2 && less_loaded).then_some(best)
-            }
-            Class::F => {
-                let goal = self.goal();
-                let p_count = self.count(|r| r.role == Role::P);
+        let lender = match (class, self.cfg.freemium_borrow) {
+            (Class::P, _) | (Class::F, FreemiumBorrow::Mirror) => self.lender_if_less_loaded(class)?,
+            (Class::F, FreemiumBorrow::Never) => return None,
+            (Class::F, rule) => {
                 let idle = self.least_loaded(class, |r| r.role == Role::P && r.home.is_none() && r.active[0] == 0)?;
-                (p_count > goal[Role::P.idx()]).then_some(idle)
+                let allowed = match rule {
+                    FreemiumBorrow::Surplus => self.count(|r| r.role == Role::P) > self.goal()[Role::P.idx()],
+                    _ => self.count(|r| r.role == Role::P && r.home.is_none()) >= 2,
+                };
+                allowed.then_some(idle)?
             }
-        }?;
+        };
         let rep = &mut self.replicas[lender.idx()];
         self.changes.push(RoleChange { replica: lender, from: rep.role, to: own, reason: "borrow" });
         rep.home = Some(rep.role);
         rep.role = own;
         Some(lender)
+    }
+
+    /// Premium's borrowing rule (and Freemium's under `mirror`): the
+    /// least-loaded unborrowed replica of the other class's role, if that
+    /// role keeps another unborrowed replica and the lender is less loaded
+    /// than the best of `class`'s own role.
+    fn lender_if_less_loaded(&self, class: Class) -> Option<ReplicaId> {
+        let (own, other) = (Role::of(class), Role::of(class.other()));
+        let unborrowed = self.count(|r| r.role == other && r.home.is_none());
+        let best = self.least_loaded(class, |r| r.role == other && r.home.is_none())?;
+        let own_best = self.least_loaded(class, |r| r.role == own).map(|r| self.replicas[r.idx()].load());
+        let less_loaded = own_best.is_none_or(|l| self.replicas[best.idx()].load() < l);
+        (unborrowed >= 2 && less_loaded).then_some(best)
     }
 
     /// Returns borrowed replicas whose borrowers have left and whose
@@ -442,6 +489,71 @@ mod tests {
         r.set_share(ReplicaId(0), 1.0);
         assert_eq!(r.admit(Class::P), Some(ReplicaId(0)));
         assert_eq!(r.active(ReplicaId(0)), [1, 0]);
+    }
+
+    /// PLB over 2,1,2 with theta 2, Mixed bounded and Freemium borrowing
+    /// `rule`, after `p` Premium sessions and then `f` Freemium ones.
+    fn loaded(rule: FreemiumBorrow, p: u32, f: u32) -> Router {
+        let mut cfg = RouterConfig::for_tests(Strategy::Plb, [2, 1, 2]);
+        (cfg.theta, cfg.mixed_bounded, cfg.freemium_borrow) = (2, true, rule);
+        let mut r = Router::new(cfg);
+        for class in std::iter::repeat_n(Class::P, p as usize).chain(std::iter::repeat_n(Class::F, f as usize)) {
+            r.admit(class).expect("capacity");
+        }
+        r
+    }
+
+    #[test]
+    fn bounded_admission_fills_own_role_then_mixed_up_to_theta() {
+        // r1 r2 are P, r3 M, r4 r5 F; theta 2.
+        let r = loaded(FreemiumBorrow::Surplus, 0, 6);
+        assert_eq!((0..5).map(|i| r.active(ReplicaId(i))[1]).collect::<Vec<_>>(), [0, 0, 2, 2, 2]);
+        let r = loaded(FreemiumBorrow::Surplus, 4, 0);
+        assert_eq!((0..5).map(|i| r.active(ReplicaId(i))[0]).collect::<Vec<_>>(), [2, 2, 0, 0, 0]);
+        let mut unbounded = loaded(FreemiumBorrow::Surplus, 0, 6);
+        unbounded.cfg.mixed_bounded = false;
+        assert_eq!(unbounded.admit(Class::F), Some(ReplicaId(2)), "the ablation keeps filling Mixed");
+    }
+
+    #[test]
+    fn freemium_borrowing_follows_its_rule() {
+        // Freemium's role and Mixed are at theta; which replica takes the
+        // next Freemium session, and does a Premium replica change role?
+        // (rule, Premium sessions before, expected replica, borrowed)
+        let table = [
+            (FreemiumBorrow::Surplus, 0, 3, false), // P role at target: no borrowing; own role past theta
+            (FreemiumBorrow::Idle, 0, 0, true),     // an idle P replica is lent
+            (FreemiumBorrow::Idle, 2, 3, false),    // both P replicas busy with Premium
+            (FreemiumBorrow::Mirror, 3, 1, true),   // r2 (1 Premium session) is less loaded than Freemium's best (2)
+            (FreemiumBorrow::Mirror, 4, 3, false),  // both P replicas at 2: not less loaded
+            (FreemiumBorrow::Never, 0, 3, false),
+        ];
+        for (rule, p, want, borrowed) in table {
+            let mut r = loaded(rule, p, 6);
+            r.drain_changes();
+            let got = r.admit(Class::F).expect("capacity");
+            let changes = r.drain_changes();
+            assert_eq!((got, !changes.is_empty()), (ReplicaId(want), borrowed), "{rule:?} with {p} Premium sessions");
+            if borrowed {
+                assert_eq!(r.role(got), Role::F);
+                assert_eq!(changes[0].reason, "borrow");
+            }
+        }
+    }
+
+    #[test]
+    fn a_borrowed_replica_goes_home_when_its_borrowers_leave() {
+        let mut r = loaded(FreemiumBorrow::Idle, 0, 6);
+        let lent = r.admit(Class::F).unwrap();
+        assert_eq!(r.role(lent), Role::F);
+        r.release(lent, Class::F);
+        // The other Freemium replicas are still at theta (2 > tau 1): not calm yet.
+        assert_eq!(r.role(lent), Role::F, "stays while the borrower role is under pressure");
+        for i in [2, 3, 4] {
+            r.release(ReplicaId(i), Class::F);
+            r.release(ReplicaId(i), Class::F);
+        }
+        assert_eq!(r.role(lent), Role::P, "returned once pressure subsided");
     }
 
     #[test]

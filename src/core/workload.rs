@@ -171,11 +171,14 @@ pub struct RouterKnobs {
     /// theta bounds admission step 2 (Mixed) too (design.md §2 as revised
     /// 2026-11-30, default true); false is the unbounded ablation.
     pub mixed_bounded: bool,
+    /// How far Freemium may borrow a Premium replica (default `surplus`,
+    /// design.md's rule; the others are ablations).
+    pub freemium_borrow: super::router::FreemiumBorrow,
 }
 
 impl Default for RouterKnobs {
     fn default() -> Self {
-        RouterKnobs { theta: None, alpha: 0.7, mixed_bounded: true }
+        RouterKnobs { theta: None, alpha: 0.7, mixed_bounded: true, freemium_borrow: Default::default() }
     }
 }
 

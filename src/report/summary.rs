@@ -43,6 +43,14 @@ pub struct Settings {
     pub theta: u32,
     /// PLB alpha.
     pub alpha: f64,
+    /// PLB: whether theta bounds Mixed admission (`bounded`, design.md §2
+    /// as revised) or not (`unbounded`, the ablation); absent for other
+    /// strategies and in files from before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixed: Option<String>,
+    /// PLB: how far Freemium may borrow a Premium replica; absent as `mixed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub freemium_borrow: Option<crate::core::router::FreemiumBorrow>,
     /// How the router learns of faults: `probe` or `oracle`.
     pub detection: String,
     /// Admission layer in front of the strategy (`none` or `modes`).

@@ -11,6 +11,8 @@ use serde::Deserialize;
 pub const SUMMARY: u32 = 1;
 /// The experiment.json version this plbbench writes: 1 added `schema_version`.
 pub const EXPERIMENT: u32 = 1;
+/// The `run --stream` file's version (its `run` line): 1 is the first.
+pub const STREAM: u32 = 1;
 
 #[derive(Deserialize)]
 struct Versioned {

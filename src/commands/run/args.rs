@@ -5,7 +5,7 @@
 //! values into a validated plan, so every flag's default and help live here
 //! and every cross-field rule lives there.
 
-use crate::core::router::Strategy;
+use crate::core::router::{FreemiumBorrow, Strategy};
 use crate::core::settings::{Admission, Checks, ClusterKind, Detection, Named};
 use crate::core::watch::Recovery;
 use crate::progress::Shown;
@@ -48,6 +48,11 @@ pub struct RunArgs {
     /// Serve Prometheus metrics at this address during a real run (e.g. 127.0.0.1:9464).
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Also write the run second by second to FILE while it runs (k6's --out json): a `run` line, then one JSON
+    /// line per second (each class's completed queries, p95 and active sessions, every replica's state, role and
+    /// CPU), each written a second after it ends; the `completed` fields sum to the summary's totals.
+    #[arg(long, value_name = "FILE")]
+    pub stream: Option<PathBuf>,
     /// Output on stdout: text (what ran, a line per phase and class, aborted sessions, checks) or json (one object:
     /// the run folder, its report, the failed checks and the whole summary.json; for jq).
     #[arg(long, value_enum, default_value = "text")]
@@ -122,6 +127,9 @@ pub struct CommonArgs {
     /// PLB ablation: Mixed admits whatever its load (design.md §2 before 2026-11-30) [default: bounded by theta].
     #[arg(long)]
     pub mixed_unbounded: bool,
+    /// PLB ablation: how far Freemium may borrow a Premium replica (admission step 3; the paper does not say).
+    #[arg(long, value_enum, value_name = "RULE")]
+    pub freemium_borrow: Option<FreemiumBorrow>,
     /// Kept for old command lines: theta bounds Mixed by default now.
     #[arg(long, hide = true, conflicts_with = "mixed_unbounded")]
     pub mixed_bounded: bool,
@@ -199,7 +207,18 @@ macro_rules! value_enum {
     )*};
 }
 
-value_enum!(Strategy, Recovery, ClusterKind, Detection, Admission, Checks);
+value_enum!(Strategy, Recovery, ClusterKind, Detection, Admission, Checks, FreemiumBorrow);
+
+impl Help for FreemiumBorrow {
+    fn help(self) -> &'static str {
+        match self {
+            FreemiumBorrow::Surplus => "design.md (default): a Premium replica idle of Premium sessions, only while the Premium role is above its target",
+            FreemiumBorrow::Idle => "A Premium replica idle of Premium sessions, while the Premium role keeps another unborrowed replica",
+            FreemiumBorrow::Mirror => "Premium's rule mirrored: the least-loaded Premium replica, if Premium keeps another unborrowed one and it is less loaded than Freemium's best",
+            FreemiumBorrow::Never => "Freemium never borrows",
+        }
+    }
+}
 
 impl Help for Strategy {
     fn help(self) -> &'static str {

@@ -10,6 +10,7 @@ use crate::core::metrics::{Collector, RunMetrics};
 use crate::core::model::{Class, EventKind};
 use crate::core::outcome::{BackendOutcome, Verdict};
 use crate::core::phases::{BASELINE, WARMUP};
+use crate::core::router::Strategy;
 use crate::core::settings::{Admission, Checks, Detection, Named};
 use crate::core::validity::{self, Limits, PhaseBooks};
 use crate::error::Error;
@@ -25,6 +26,7 @@ pub mod args;
 mod dry_run;
 pub mod launch;
 pub mod plan;
+mod stream;
 
 /// `plbbench run`: validates the flags, runs, writes the folder, refreshes
 /// the archive and prints the headline and each failed check. A run stopped
@@ -155,11 +157,15 @@ pub struct RunOutput {
 pub fn execute(plan: &Plan) -> Result<RunOutput, Error> {
     let started = chrono::Utc::now();
     let clock = Instant::now();
-    let collector = Collector::new(plan.phases.clone(), plan.replicas, plan.cpus, plan.raw);
-    let (collector, outcome) = match plan.cluster {
+    let mut collector = Collector::new(plan.phases.clone(), plan.replicas, plan.cpus, plan.raw);
+    if let Some(path) = &plan.stream {
+        collector.stream_to(stream::open(plan, path)?);
+    }
+    let (mut collector, outcome) = match plan.cluster {
         ClusterSpec::Sim => launch::run_sim(plan, collector),
         ClusterSpec::Local | ClusterSpec::Docker | ClusterSpec::External(_) => launch::run_real(plan, collector)?,
     };
+    collector.end_stream();
     conclude(plan, collector, outcome, started, clock)
 }
 
@@ -203,6 +209,9 @@ pub fn settings(plan: &Plan) -> Settings {
         duration_s: plan.duration_s,
         theta: plan.router.theta,
         alpha: plan.router.alpha,
+        mixed: (plan.strategy == Strategy::Plb)
+            .then(|| if plan.router.mixed_bounded { "bounded" } else { "unbounded" }.to_string()),
+        freemium_borrow: (plan.strategy == Strategy::Plb).then_some(plan.router.freemium_borrow),
         detection: detection(plan),
         admission: plan.admission.name().into(),
         recovery: plan.recovery.name().into(),

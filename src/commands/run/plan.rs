@@ -111,6 +111,8 @@ pub struct Plan {
     pub metrics_addr: Option<SocketAddr>,
     /// Also write queries.csv.
     pub raw: bool,
+    /// `--stream`: write each second here while the run goes on.
+    pub stream: Option<PathBuf>,
     /// What progress to show.
     pub progress: crate::progress::Shown,
     /// Replace an existing run folder.
@@ -249,6 +251,9 @@ impl Plan {
         if c.mixed_unbounded {
             workload.router.mixed_bounded = false;
         }
+        if let Some(rule) = c.freemium_borrow {
+            workload.router.freemium_borrow = rule;
+        }
         let faults_name = args.faults.clone().unwrap_or_else(|| workload.run.faults.clone());
         let events = fault_events(&faults_name, &workload, c.replicas)?;
         if c.cluster == ClusterKind::Local {
@@ -266,8 +271,10 @@ impl Plan {
             theta,
             alpha: workload.router.alpha,
             mixed_bounded: workload.router.mixed_bounded,
+            freemium_borrow: workload.router.freemium_borrow,
         };
         let out = out_dir(&args)?;
+        check_stream(args.stream.as_deref())?;
         let cluster = cluster_spec(&args)?;
         Ok(Plan {
             strategy: args.strategy,
@@ -294,6 +301,7 @@ impl Plan {
             cluster,
             metrics_addr: args.metrics_addr,
             raw: c.raw,
+            stream: args.stream.clone(),
             progress: c.progress.resolve(c.quiet),
             force: args.force,
             out,
@@ -405,6 +413,19 @@ fn fault_events(name: &str, workload: &Workload, replicas: usize) -> Result<Vec<
         duration_s: workload.run.duration_s,
     };
     faults::parse(&text, timeline).map_err(|e| input("--faults", format!("{name}: {e}")))
+}
+
+/// `--stream`: a file in an existing folder (it is replaced, as k6 does).
+fn check_stream(path: Option<&Path>) -> Result<(), Error> {
+    let Some(p) = path else { return Ok(()) };
+    let folder = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if p.is_dir() {
+        return Err(input("--stream", format!("{} is a folder; name a file", p.display())));
+    }
+    if !folder.is_dir() {
+        return Err(input("--stream", format!("no folder {} to write {} in", folder.display(), p.display())));
+    }
+    Ok(())
 }
 
 /// `--out`, or `reports/<utc-timestamp>-<strategy>-<mix>-<cluster>`; an

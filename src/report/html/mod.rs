@@ -344,10 +344,16 @@ fn settings(s: &Summary) -> Vec<Item> {
         item("clients T", st.clients.to_string()),
         item("replicas K", st.replicas.to_string()),
     ];
-    if st.strategy == "plb" {
+    if st.strategy.starts_with("plb") {
         v.push(item("PLB reference split (P,M,F)", st.reference.clone()));
         v.push(item("PLB θ (sessions per replica)", st.theta.to_string()));
         v.push(item("PLB α (return level τ = ⌊αθ⌋)", st.alpha.to_string()));
+        if let Some(m) = &st.mixed {
+            v.push(item("PLB Mixed admission", format!("{m} by θ")));
+        }
+        if let Some(b) = st.freemium_borrow {
+            v.push(item("PLB Freemium borrowing", crate::core::settings::Named::name(b).to_string()));
+        }
     }
     if st.strategy == "rr-split" {
         v.push(item("rr-split partition (P:F replicas)", st.split.clone()));

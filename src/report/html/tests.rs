@@ -136,6 +136,8 @@ fn synthetic(partial: bool, workload: &str) -> (Summary, RunMetrics) {
             duration_s: 200.0,
             theta: 10,
             alpha: 0.7,
+            mixed: Some("bounded".into()),
+            freemium_borrow: Some(Default::default()),
             detection: "probe".into(),
             admission: "none".into(),
             recovery: "none".into(),
