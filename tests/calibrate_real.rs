@@ -22,7 +22,19 @@ fn a_calibration_of_a_real_replica_is_a_file_the_simulator_runs_on() {
     std::fs::create_dir_all(sb.out()).unwrap();
     let file = sb.out().join("calibration.toml");
     let out = Command::new(env!("CARGO_BIN_EXE_plbbench"))
-        .args(["calibrate", "--replicas", "2", "--repeat", "2", "--seconds", "1", "--connections", "1,2", "--at", "2"])
+        .args([
+            "calibrate",
+            "--replicas",
+            "2",
+            "--repeat",
+            "2",
+            "--duration",
+            "1s",
+            "--connections",
+            "1,2",
+            "--at",
+            "2",
+        ])
         .args(["--paced", "20", "--connects", "20", "--out"])
         .arg(&file)
         .env("PLBBENCH_STATE_DIR", sb.state_dir())

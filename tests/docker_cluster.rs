@@ -299,10 +299,19 @@ fn cascade_run_on_docker_routes_around_downs_and_down_all_cleans() {
     // The run leaves the shared cluster as it found it; `down --all` removes every labelled object.
     let status = plbbench(&["cluster", "status", "--backend", "docker"]);
     assert_eq!(String::from_utf8_lossy(&status.stdout).matches(" running ").count(), 5);
-    let down = plbbench(&["cluster", "down", "--backend", "docker", "--all"]);
-    assert!(down.status.success(), "{}", String::from_utf8_lossy(&down.stderr));
+    // Status tells the truth about a replica killed behind plbbench's back:
+    // it asks the engine, not its own state file.
+    let stdout = String::from_utf8_lossy(&status.stdout).into_owned();
+    let r3 = stdout.lines().find(|l| l.starts_with("r3 ")).and_then(|l| l.split_whitespace().nth(2)).expect("r3's row");
     let rt = runtime();
     let d = rt.block_on(engine());
+    rt.block_on(d.kill_container(r3, None::<bollard::query_parameters::KillContainerOptions>)).expect("kill r3");
+    let status = String::from_utf8_lossy(&plbbench(&["cluster", "status", "--backend", "docker"]).stdout).into_owned();
+    let row = status.lines().find(|l| l.starts_with("r3 ")).unwrap_or_default();
+    assert!(row.contains(" exited "), "a killed replica shows as exited: {status}");
+    assert_eq!(status.matches(" running ").count(), 4, "{status}");
+    let down = plbbench(&["cluster", "down", "--backend", "docker", "--all"]);
+    assert!(down.status.success(), "{}", String::from_utf8_lossy(&down.stderr));
     assert_eq!(rt.block_on(labelled(&d, &format!("{LABEL_MANAGED}=true"))), Vec::<String>::new());
 }
 

@@ -289,13 +289,27 @@ fn runs_that_fail_their_checks_are_named_and_counted_and_fail_the_experiment() {
     for f in ["experiment.json", "experiment.csv", "figures.json", "report.html"] {
         assert!(root.join(f).is_file(), "{f} is written before the exit status");
     }
-    // The same grid under `--checks warn` keeps both runs (the flag changes
-    // no measurement), warns and exits 0.
+    // Excluded and counted: no aggregate holds a run that failed a check.
+    let json = |root: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(root.join("experiment.json")).unwrap()).unwrap()
+    };
+    let file = json(&root);
+    for r in file["runs"].as_array().unwrap() {
+        assert_eq!(r["excluded"], serde_json::json!(["phase length"]), "{r}");
+    }
+    assert_eq!(file["cells"].as_array().unwrap().len(), 0, "every run was excluded");
+    let html = std::fs::read_to_string(root.join("report.html")).unwrap();
+    assert!(html.contains("2 of 2 runs failed a validity check and are left out"), "the report says so");
+    // The same grid under `--checks warn` keeps both runs in the aggregates
+    // (the flag changes no measurement), warns and exits 0.
     let o = plbbench(&[&args[..], &["--checks", "warn"]].concat());
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(err.contains("0 to do (2 kept)"), "{err}");
     assert!(err.contains("plbbench: warning: 2 of 2 runs failed their checks"), "{err}");
+    let file = json(&root);
+    assert!(file["runs"].as_array().unwrap().iter().all(|r| r.get("excluded").is_none()));
+    assert!(!file["cells"].as_array().unwrap().is_empty());
     std::fs::remove_dir_all(root).unwrap();
 }
 
@@ -339,7 +353,7 @@ fn detection_and_recovery_axes_and_the_ledger_across_repeats() {
         "cascade",
         "--detections",
         "probe,suspicion",
-        "--recovery",
+        "--recoveries",
         "none,probation",
         "--repeat",
         "2",

@@ -163,6 +163,8 @@ struct FaultRun {
     left: Vec<(u32, String)>,
     run_dir_left: bool,
     cgroups_left: Vec<PathBuf>,
+    /// The `--stream` file as the run left it.
+    stream: String,
 }
 
 /// `premium-fault` at `--time-scale 0.2` with the default T=1000: a 60 s
@@ -186,7 +188,13 @@ fn fault_run() -> &'static FaultRun {
     RUN.get_or_init(|| {
         let _one = serial();
         let sb = Sandbox::new("fault");
-        let mut run = Running::start(&sb, "premium-fault", &["--time-scale", "0.2", "--raw", "--progress", "lines"]);
+        let stream = sb.root.join("stream.ndjson");
+        let stream_arg = stream.to_str().unwrap().to_string();
+        let mut run = Running::start(
+            &sb,
+            "premium-fault",
+            &["--time-scale", "0.2", "--raw", "--progress", "lines", "--stream", &stream_arg],
+        );
         let status = run.finish(RUN_LIMIT);
         let wall = run.started.elapsed();
         let ids: BTreeSet<String> = run
@@ -204,6 +212,7 @@ fn fault_run() -> &'static FaultRun {
             run_dir_left: sb.run_dir().exists(),
             cgroups_left: ids.iter().flat_map(|id| cgroups_named(id)).collect(),
             seen: std::mem::take(&mut run.seen),
+            stream: std::fs::read_to_string(&stream).unwrap_or_default(),
         };
         eprintln!("premium-fault run at time scale 0.2 took {:.1} s", wall.as_secs_f64());
         out
@@ -259,6 +268,22 @@ fn fault_run_writes_a_complete_consistent_folder() {
         "{status:?}"
     );
     assert!(status.iter().any(|l| l.contains("up 4/5")), "the Down of r1 shows: {status:?}");
+    // --stream: a line per second whose completed queries are exactly the
+    // folder's (the collector, not task scheduling, decides what counts).
+    let lines: Vec<Value> = run.stream.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    assert_eq!(lines.first().map(|l| l["type"].clone()), Some(Value::from("run")), "{}", run.stream);
+    assert_eq!(lines.len(), 61, "the run line and one per second of the 60 s run");
+    for class in ["P", "F"] {
+        let streamed: f64 = lines[1..]
+            .iter()
+            .flat_map(|l| l["classes"].as_array().unwrap().iter().filter(|c| c["class"] == class))
+            .map(|c| c["completed"].as_f64().unwrap())
+            .sum();
+        let total: f64 = f.phases.iter().filter(|r| r["class"] == class).map(|r| num(r, "completed")).sum();
+        assert_eq!(streamed, total, "class {class}");
+    }
+    let r1_down = |l: &Value| l["replicas"][0]["up"] == Value::Bool(false);
+    assert!(lines[1..].iter().any(r1_down), "the Down of r1 shows in the stream");
 }
 
 #[test]

@@ -40,8 +40,8 @@ pub struct BenchArgs {
     /// Concurrent connections.
     #[arg(long, short = 'c', default_value_t = 16, value_name = "N")]
     pub connections: u32,
-    /// Measured seconds (after every connection is open).
-    #[arg(long, short = 'T', default_value_t = 10.0, value_name = "S", allow_hyphen_values = true)]
+    /// Measured time (after every connection is open): seconds as pgbench's -T, or 30s, 2m.
+    #[arg(long, short = 'T', default_value = "10", value_name = "S", allow_hyphen_values = true, value_parser = super::seconds)]
     pub duration: f64,
     /// Prepare the query once per connection (extended protocol); otherwise the simple query protocol with the key inlined, as `pgbench -M simple`.
     #[arg(long)]

@@ -60,9 +60,9 @@ pub struct CalibrateArgs {
     /// (the operating point of design.md §3).
     #[arg(long, default_value_t = 0.7, value_name = "U")]
     pub paced_load: f64,
-    /// Seconds of each closed-loop measurement.
-    #[arg(long, default_value_t = 10.0, value_name = "S")]
-    pub seconds: f64,
+    /// Length of each measurement: seconds, or 30s, 1m (`--seconds` is its old name).
+    #[arg(long, alias = "seconds", default_value = "10", value_name = "S", value_parser = super::seconds)]
+    pub duration: f64,
     /// Connections opened one after another to measure set-up cost.
     #[arg(long, default_value_t = 200, value_name = "N")]
     pub connects: u32,
@@ -86,8 +86,8 @@ impl CalibrateArgs {
         if !levels.contains(&self.at) {
             return Err(input("--at", format!("{} is not one of --connections", self.at)));
         }
-        if !(self.seconds.is_finite() && self.seconds > 0.0 && self.seconds <= 3600.0) {
-            return Err(input("--seconds", format!("must be in (0, 3600], got {}", self.seconds)));
+        if !(self.duration.is_finite() && self.duration > 0.0 && self.duration <= 3600.0) {
+            return Err(input("--duration", format!("must be in (0, 3600] seconds, got {}", self.duration)));
         }
         if self.connects == 0 {
             return Err(input("--connects", "must be at least 1"));
@@ -126,7 +126,7 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
     };
     eprintln!(
         "plbbench: starting {} replica(s) at {} cores each (dataset scale {}); each point is {} x {} s on all of them at once",
-        args.replicas, args.cpus, opts.scale, args.repeat, args.seconds
+        args.replicas, args.cpus, opts.scale, args.repeat, args.duration
     );
     let c = LocalCluster::up(&opts).context("starting the calibration replicas")?;
     if !c.cpu_budget_enforced() {
@@ -146,7 +146,7 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
     for q in &w.query {
         let mut at = Vec::new();
         for &n in &levels {
-            let p = repeated(args.repeat, || point(&c, q, n, None, args.seconds, args.cpus))?;
+            let p = repeated(args.repeat, || point(&c, q, n, None, args.duration, args.cpus))?;
             print_point(q, &p);
             at.push(p);
         }
@@ -198,8 +198,8 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
 /// the second measurement is the figure.
 fn paced(c: &LocalCluster, q: &QueryTemplate, closed_ms: f64, args: &CalibrateArgs) -> Result<Point, Error> {
     let rate = |cpu_ms: f64| args.paced_load * args.cpus * 1000.0 / cpu_ms;
-    let first = point(c, q, args.paced, Some(rate(closed_ms)), args.seconds, args.cpus)?;
-    repeated(args.repeat, || point(c, q, args.paced, Some(rate(first.cpu_ms)), args.seconds, args.cpus))
+    let first = point(c, q, args.paced, Some(rate(closed_ms)), args.duration, args.cpus)?;
+    repeated(args.repeat, || point(c, q, args.paced, Some(rate(first.cpu_ms)), args.duration, args.cpus))
 }
 
 /// One CSV line of a measured point.

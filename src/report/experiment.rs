@@ -29,6 +29,10 @@ pub struct RunEntry {
     pub wall_s: f64,
     /// True when the run was kept from an earlier, interrupted invocation.
     pub reused: bool,
+    /// The checks it failed, when that left it out of every aggregate
+    /// (`--checks fail`); empty in files from before runs were excluded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub excluded: Vec<String>,
 }
 
 /// Median and quartiles of one (fault, mix, strategy, phase, class) across repeats.

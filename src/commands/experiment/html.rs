@@ -55,6 +55,8 @@ struct Page {
     figures: Vec<FigureView>,
     cells: Vec<CellView>,
     runs: Vec<RunView>,
+    /// Runs left out of every aggregate for a failed check.
+    excluded: usize,
     quantiles: String,
 }
 
@@ -116,6 +118,7 @@ struct RunView {
     seed: u64,
     wall: String,
     reused: bool,
+    excluded: String,
 }
 
 /// `median [q1, q3]`, "–" when there is none.
@@ -138,7 +141,9 @@ fn point(v: Option<f64>) -> Option<Spread> {
 
 /// Links to the runs of `fault`, `mix` and any of `strategies`.
 fn links(file: &ExperimentFile, fault: &str, mix: &str, strategies: &[&str]) -> Vec<Link> {
-    let pick = |r: &&RunEntry| r.fault == fault && r.mix == mix && strategies.contains(&r.strategy.as_str());
+    let pick = |r: &&RunEntry| {
+        r.fault == fault && r.mix == mix && strategies.contains(&r.strategy.as_str()) && r.excluded.is_empty()
+    };
     file.runs.iter().filter(pick).map(|r| Link { label: run_name(r), href: format!("{}/report.html", r.dir) }).collect()
 }
 
@@ -179,6 +184,7 @@ impl Page {
             figures,
             cells: cells(file),
             runs: file.runs.iter().map(run_view).collect(),
+            excluded: file.runs.iter().filter(|r| !r.excluded.is_empty()).count(),
             quantiles: file.quantiles.clone(),
         })
     }
@@ -250,16 +256,24 @@ fn fig4(file: &ExperimentFile, m: &Rq2, class: Class) -> Result<FigureView, Repo
         panel("session lifetime, mean (s)", |r| &r.lifetime_mean_s),
     ];
     let name = if class == Class::P { "Premium" } else { "Freemium" };
+    let down2 = rows.iter().find(|r| r.phase == "down2");
+    let ratio = down2.and_then(|r| crate::stats::ratio(r.goodput_qps.plb.median, r.goodput_qps.rr.median));
+    let p95 = down2.and_then(|r| r.p95_change_pct);
+    let paper = match class {
+        Class::P => "the paper reports more than 2× and −18.2% at T=1000, 25:75",
+        Class::F => "the paper reports less work and a higher p95 for Freemium, without a figure",
+    };
     Ok(FigureView {
         id: format!("fig4-{}-{}", m.mix.replace(':', "-"), class),
         title: format!("Fig. 4 style, mix {}: {name} per phase of the cascade, plb vs 5RR", m.mix),
         svg: Value::from_safe_string(charts::spread_bars("Fig. 4", &panels)?),
         caption: format!(
             "cascade preset (r1 down, r2 down, r1 rejoins, r2 rejoins); {} plb and {} 5RR runs. Bars: medians over repeats; whiskers: interquartile range. \
-             Premium goodput in down2, plb / 5RR: {} (the paper reports more than 2×).",
+             {name} in down2, plb vs 5RR: goodput {}, p95 {} ({paper}).",
             m.plb_seeds.len(),
             m.rr_seeds.len(),
-            m.premium_goodput_ratio_down2.map_or("–".into(), |v| format!("{v:.2}×"))
+            ratio.map_or("–".into(), |v| format!("{v:.2}×")),
+            p95.map_or("–".into(), |v| format!("{v:+.1}%")),
         ),
         runs: links(file, "cascade", &m.mix, &["plb", "rr"]),
     })
@@ -322,14 +336,15 @@ fn load_curves(file: &ExperimentFile) -> Result<Vec<FigureView>, ReportError> {
 }
 
 /// Fig. 5 style: p95 of plb relative to 5RR per class and mix, in the
-/// one-down and two-down phases (negative: plb is faster).
+/// one-down and two-down phases, in the paper's sign convention (positive:
+/// plb is faster, the reduction it brings; negative: plb is slower).
 fn fig5(file: &ExperimentFile, f: &Figures) -> Result<Option<FigureView>, ReportError> {
     if f.rq2.is_empty() {
         return Ok(None);
     }
     let groups: Vec<String> = f.rq2.iter().map(|m| m.mix.clone()).collect();
     let panel = |phase: &str| BarPanel {
-        y_desc: format!("p95 change in {phase}, plb vs 5RR (%)"),
+        y_desc: format!("p95 reduction in {phase}, plb vs 5RR (%)"),
         groups: groups.clone(),
         series: Class::ALL
             .into_iter()
@@ -340,7 +355,9 @@ fn fig5(file: &ExperimentFile, f: &Figures) -> Result<Option<FigureView>, Report
                     .rq2
                     .iter()
                     .map(|m| {
-                        point(m.rows.iter().find(|r| r.phase == phase && r.class == c).and_then(|r| r.p95_change_pct))
+                        let change =
+                            m.rows.iter().find(|r| r.phase == phase && r.class == c).and_then(|r| r.p95_change_pct);
+                        point(change.map(|x| -x))
                     })
                     .collect(),
             })
@@ -351,8 +368,9 @@ fn fig5(file: &ExperimentFile, f: &Figures) -> Result<Option<FigureView>, Report
         id: "fig5".into(),
         title: "Fig. 5 style: p95 latency of plb relative to 5RR, per class and mix".into(),
         svg: Value::from_safe_string(charts::spread_bars("Fig. 5", &[panel("down1"), panel("down2")])?),
-        caption: "(median p95 of plb − median p95 of 5RR) / median p95 of 5RR, in percent, over the cascade runs; negative means plb is faster. \
-                  The paper reports Premium −18.6% to −4.7% (one down) and −23.0% to −15.3% (two down), Freemium +21.6% to +33.9% (two down)."
+        caption: "(median p95 of 5RR − median p95 of plb) / median p95 of 5RR, in percent, over the cascade runs: the paper's Fig. 5 convention, \
+                  positive means plb is faster, negative slower. The paper reports, over its 25:75 and 50:50 mixes at T=1000, \
+                  Premium +6.0% to +33.4% and Freemium −14.0% to −31.8% (a slowdown of 14.0% to 31.8%); narrower at 75:25."
             .into(),
         runs: f.rq2.iter().flat_map(|m| links(file, "cascade", &m.mix, &["plb", "rr"])).collect(),
     }))
@@ -387,7 +405,10 @@ fn fig6(file: &ExperimentFile, f: &Figures) -> Result<Option<FigureView>, Report
         id: "fig6".into(),
         title: "Fig. 6 style: plb's p95 latency per phase relative to each class's own baseline".into(),
         svg: Value::from_safe_string(charts::spread_bars("Fig. 6", &[panel(Class::P), panel(Class::F)])?),
-        caption: "(median p95 in the phase − median baseline p95) / median baseline p95, in percent, over the plb cascade runs of each mix.".into(),
+        caption: "(median p95 in the phase − median baseline p95) / median baseline p95, in percent, over the plb cascade runs of each mix; \
+                  positive means slower than the class's own baseline. The paper (RQ3, at T=600) reports Premium −18.6% to −4.7% in one-down \
+                  and −23.0% to −15.3% in two-down, Freemium +21.6% to +33.9% in two-down."
+            .into(),
         runs: f.rq3.iter().flat_map(|m| links(file, "cascade", &m.mix, &["plb"])).collect(),
     }))
 }
@@ -422,5 +443,6 @@ fn run_view(r: &RunEntry) -> RunView {
         seed: r.seed,
         wall: format!("{} s", sig3(r.wall_s)),
         reused: r.reused,
+        excluded: r.excluded.join(", "),
     }
 }

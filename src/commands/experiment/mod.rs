@@ -71,14 +71,16 @@ pub struct ExperimentArgs {
     )]
     pub faults: Vec<String>,
     /// Admission layers to compare, comma-separated (none, modes) [default: none].
-    #[arg(long, value_delimiter = ',', default_value = "none", hide_default_value = true, value_name = "LIST")]
-    pub admission: Vec<String>,
+    #[arg(long, alias = "admission", value_delimiter = ',', default_value = "none", hide_default_value = true)]
+    #[arg(value_name = "LIST")]
+    pub admissions: Vec<String>,
     /// Detectors to compare, comma-separated (probe, oracle, suspicion) [default: --detection's].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub detections: Vec<String>,
     /// Recovery policies to compare for plb, comma-separated (none, probation); other strategies run with none [default: none].
-    #[arg(long, value_delimiter = ',', default_value = "none", hide_default_value = true, value_name = "LIST")]
-    pub recovery: Vec<String>,
+    #[arg(long, alias = "recovery", value_delimiter = ',', default_value = "none", hide_default_value = true)]
+    #[arg(value_name = "LIST")]
+    pub recoveries: Vec<String>,
     /// Offered loads, comma-separated: each run's --load (CPU offered as a fraction of the cluster's K x C), an axis of the grid [default: the workload's own operating point, no axis].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub loads: Vec<String>,
@@ -114,12 +116,14 @@ pub fn grid(args: &ExperimentArgs, root: &Path) -> Result<Vec<GridRun>, Error> {
     let strategies = parse_strategies(&args.strategies)?;
     let mixes = parse_mixes(&args.mixes)?;
     let faults = parse_faults(&args.faults)?;
-    let admissions: Vec<Admission> = parse_list("--admission", &args.admission, |s| closed("--admission", "value", s))?;
+    let admissions: Vec<Admission> =
+        parse_list("--admissions", &args.admissions, |s| closed("--admissions", "value", s))?;
     let detections: Vec<Detection> = match args.detections.is_empty() {
         true => vec![args.common.detection],
         false => parse_list("--detections", &args.detections, |s| closed("--detections", "value", s))?,
     };
-    let recoveries: Vec<Recovery> = parse_list("--recovery", &args.recovery, |s| closed("--recovery", "value", s))?;
+    let recoveries: Vec<Recovery> =
+        parse_list("--recoveries", &args.recoveries, |s| closed("--recoveries", "value", s))?;
     let loads = parse_loads(&args.loads)?;
     let layers: Vec<(Strategy, Admission, Detection, Recovery)> = strategies
         .iter()
@@ -328,14 +332,17 @@ pub fn experiment(args: ExperimentArgs) -> Result<(), Error> {
     );
     let shown = args.common.progress.resolve(args.common.quiet);
     let summaries = execute_pending(&grid, states, pending, shown)?;
-    let file = experiment_file(&args, &grid, &summaries);
+    let exclude = args.common.checks == Checks::Fail;
+    let file = experiment_file(&args, &grid, &summaries, exclude);
+    // Under `--checks fail` a run that failed a check is in no aggregate
+    // (its folder stays, named in experiment.json and the report).
+    let all: Vec<Summary> =
+        summaries.iter().map(|(s, _)| s.clone()).filter(|s| !exclude || s.failed_checks().is_empty()).collect();
     // The paper's figures compare strategies at one operating point: with
     // a load axis, that of the first of --loads (the curves show the rest).
     let first_load = grid.first().and_then(|r| r.plan.load);
-    let at_first: Vec<Summary> =
-        summaries.iter().map(|(s, _)| s.clone()).filter(|s| s.settings.load == first_load).collect();
+    let at_first: Vec<Summary> = all.iter().filter(|s| s.settings.load == first_load).cloned().collect();
     let figures = figures(&at_first);
-    let all: Vec<Summary> = summaries.iter().map(|(s, _)| s.clone()).collect();
     let mut files = vec![
         ("experiment.json".to_string(), serde_json::to_string_pretty(&file).context("experiment.json")? + "\n"),
         ("experiment.csv".into(), experiment_csv(&file.cells).context("experiment.csv")?),
@@ -378,7 +385,9 @@ fn checks_outcome(grid: &[GridRun], summaries: &[(Summary, bool)], checks: Check
     let more = if failed.len() > 10 { ", ..." } else { "" };
     let msg = format!("{} of {} runs failed their checks ({shown}{more})", failed.len(), grid.len());
     match checks {
-        Checks::Fail => Err(Error::Checks(format!("{msg}; everything was written (--checks warn exits 0)"))),
+        Checks::Fail => Err(Error::Checks(format!(
+            "{msg}; they are left out of every aggregate and figure, everything was written (--checks warn keeps them and exits 0)"
+        ))),
         Checks::Warn => {
             eprintln!("plbbench: warning: {msg}");
             Ok(())
@@ -462,7 +471,12 @@ fn clean_stale_temps(runs_dir: &Path) {
     }
 }
 
-fn experiment_file(args: &ExperimentArgs, grid: &[GridRun], summaries: &[(Summary, bool)]) -> ExperimentFile {
+fn experiment_file(
+    args: &ExperimentArgs,
+    grid: &[GridRun],
+    summaries: &[(Summary, bool)],
+    exclude: bool,
+) -> ExperimentFile {
     let uniq = |f: &dyn Fn(&GridRun) -> String| {
         let mut v: Vec<String> = Vec::new();
         for r in grid {
@@ -485,9 +499,11 @@ fn experiment_file(args: &ExperimentArgs, grid: &[GridRun], summaries: &[(Summar
             seed: s.settings.seed,
             wall_s: s.wall_s,
             reused: *reused,
+            excluded: if exclude { s.failed_checks().iter().map(|v| v.name.clone()).collect() } else { Vec::new() },
         })
         .collect();
-    let all: Vec<Summary> = summaries.iter().map(|(s, _)| s.clone()).collect();
+    let all: Vec<Summary> =
+        summaries.iter().map(|(s, _)| s.clone()).filter(|s| !exclude || s.failed_checks().is_empty()).collect();
     ExperimentFile {
         schema_version: crate::report::version::EXPERIMENT,
         plbbench_version: env!("CARGO_PKG_VERSION").into(),

@@ -28,9 +28,9 @@ pub struct RunArgs {
     /// Run folder [default: reports/<utc-timestamp>-<strategy>-<mix>-<cluster>].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Run length, as 150s, 2m30s or 5m (k6's spelling): sets --time-scale to it over the workload's run length
+    /// Run length, as 150s, 2m30s or 5m (k6's spelling) or plain seconds: sets --time-scale to it over the workload's run length
     /// (300 s), so the whole timeline (ramp, faults, baseline) keeps its shape; not with --time-scale.
-    #[arg(long, value_name = "D", value_parser = humantime::parse_duration, conflicts_with = "time_scale")]
+    #[arg(long, value_name = "D", value_parser = crate::commands::duration, conflicts_with = "time_scale")]
     pub duration: Option<std::time::Duration>,
     /// Print the resolved plan (timeline, phases, fault schedule, routing parameters, offered CPU) in --format and
     /// exit without starting anything.
