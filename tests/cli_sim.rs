@@ -346,6 +346,25 @@ fn freemium_borrowing_rules_are_recorded_and_change_the_routing() {
     std::fs::remove_dir_all(rr).unwrap();
 }
 
+/// theta comes from the workload (design.md §2): the expected concurrent
+/// sessions per replica in the baseline, rounded up, so it follows T; a
+/// number overrides it. 36 is the default workload's at T=1000 (the
+/// workload's unit test pins the formula).
+#[test]
+fn theta_is_derived_from_the_workload_unless_given() {
+    let theta = |extra: &[&str]| {
+        let dir = tmp("theta");
+        let out = sim_run(&dir, &[&["--time-scale", "0.1", "--faults", "none", "--checks", "warn"], extra].concat());
+        assert!(out.status.success(), "{extra:?}: {}", text(&out.stderr));
+        let t = summary_of(&dir)["settings"]["theta"].as_u64().unwrap();
+        std::fs::remove_dir_all(dir).unwrap();
+        t
+    };
+    assert_eq!(theta(&[]), 36);
+    assert_eq!(theta(&["--T", "500"]), 18, "half the clients, half the sessions per replica");
+    assert_eq!(theta(&["--theta", "7"]), 7);
+}
+
 fn plbbench_default_workload() -> String {
     std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/analytics.toml")).unwrap()
 }

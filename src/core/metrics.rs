@@ -145,7 +145,7 @@ pub struct Collector {
     queue: QueueBooks,
     last_record_s: f64,
     /// `--stream`: where each complete second goes, and the next to send.
-    stream: Option<(super::stream::Sink, usize)>,
+    stream: Option<(SecondSink, usize)>,
 }
 
 /// Sessions through the admission queue, per class: every one that joined
@@ -201,6 +201,29 @@ pub struct SeriesRow {
     pub goodput_qps: f64,
     pub p95_ms: Option<f64>,
     pub active_sessions: u32,
+}
+
+/// One second `[t_s, t_s + 1)` of the run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Second {
+    /// Its start, s from the run's start.
+    pub t_s: u32,
+    /// The phase it starts in.
+    pub phase: String,
+    /// Per class, timeseries.csv's row for this second (p95 in whole ms).
+    pub classes: Vec<SeriesRow>,
+    /// Every replica at the sample that ends the second (its CPU fraction
+    /// covers the second), replicas.csv's rows; empty if none was taken.
+    pub replicas: Vec<ReplicaRow>,
+}
+
+/// Where the collector sends each complete second (`run --stream`).
+pub type SecondSink = Box<dyn FnMut(&Second) + Send>;
+
+/// The seconds to send when the sample of second `sampled` arrives, given
+/// that every second before `next` is written: `next..sampled - 1`.
+fn due_seconds(next: usize, sampled: usize) -> std::ops::Range<usize> {
+    next..sampled.saturating_sub(1).max(next)
 }
 
 /// A row of replicas.csv.
@@ -321,7 +344,7 @@ impl Collector {
     }
 
     /// Sends every second to `sink` once it is complete (`run --stream`).
-    pub fn stream_to(&mut self, sink: super::stream::Sink) {
+    pub fn stream_to(&mut self, sink: SecondSink) {
         self.stream = Some((sink, 0));
     }
 
@@ -341,13 +364,13 @@ impl Collector {
     }
 
     /// Second `k` as the stream shows it.
-    fn second_line(&self, k: usize) -> super::stream::Second {
+    fn second_line(&self, k: usize) -> Second {
         let end = (k + 1) as f64;
         let replicas =
             self.replica_rows.iter().rev().skip_while(|r| r.t_s >= end + 1.0).take_while(|r| r.t_s >= end).cloned();
         let mut replicas: Vec<ReplicaRow> = replicas.collect();
         replicas.reverse();
-        super::stream::Second {
+        Second {
             t_s: k as u32,
             phase: self.phases[locate(&self.phases, k as f64)].name.clone(),
             classes: Class::ALL.into_iter().map(|c| self.series_row(k, c)).collect(),
@@ -547,7 +570,7 @@ impl Collector {
             agg.active = n;
         }
         if let Some((_, next)) = &self.stream {
-            let due = super::stream::due(*next, sec);
+            let due = due_seconds(*next, sec);
             self.send_seconds(due.end);
         }
     }
@@ -747,6 +770,16 @@ impl RunMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_second_is_written_one_second_after_it_ends() {
+        assert_eq!(due_seconds(0, 0), 0..0);
+        assert_eq!(due_seconds(0, 1), 0..0, "second 0 just ended: its last records may still be on the way");
+        assert_eq!(due_seconds(0, 2), 0..1);
+        assert_eq!(due_seconds(1, 5), 1..4, "a late sample catches up");
+        assert_eq!(due_seconds(4, 3), 4..4, "never backwards");
+    }
+
     use crate::core::model::{Action, ConnectError, FaultEvent};
     use crate::core::phases::cut;
 

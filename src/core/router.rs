@@ -65,10 +65,13 @@ pub enum FreemiumBorrow {
     Never,
 }
 
-impl super::settings::Named for FreemiumBorrow {
-    const ALL: &'static [Self] =
-        &[FreemiumBorrow::Surplus, FreemiumBorrow::Idle, FreemiumBorrow::Mirror, FreemiumBorrow::Never];
-    fn name(self) -> &'static str {
+impl FreemiumBorrow {
+    /// Every rule, in command-line order.
+    pub const ALL: [FreemiumBorrow; 4] =
+        [FreemiumBorrow::Surplus, FreemiumBorrow::Idle, FreemiumBorrow::Mirror, FreemiumBorrow::Never];
+
+    /// The name used on the command line and in files.
+    pub fn name(self) -> &'static str {
         match self {
             FreemiumBorrow::Surplus => "surplus",
             FreemiumBorrow::Idle => "idle",

@@ -137,6 +137,13 @@ impl Named for super::router::Strategy {
     }
 }
 
+impl Named for super::router::FreemiumBorrow {
+    const ALL: &'static [Self] = &super::router::FreemiumBorrow::ALL;
+    fn name(self) -> &'static str {
+        super::router::FreemiumBorrow::name(self)
+    }
+}
+
 impl Named for super::watch::Recovery {
     const ALL: &'static [Self] = &[super::watch::Recovery::None, super::watch::Recovery::Probation];
     fn name(self) -> &'static str {

@@ -5,13 +5,14 @@
 //! on: the stream is a view of the run, the run folder its record.
 
 use super::plan::Plan;
+use crate::core::metrics::SecondSink;
 use crate::core::settings::Named;
-use crate::core::stream::{Header, Line, Sink};
+use crate::core::stream::{Header, Line};
 use crate::error::Error;
 use std::io::Write;
 
 /// Creates (or replaces) `--stream`'s file and returns the collector's sink.
-pub fn open(plan: &Plan, path: &std::path::Path) -> Result<Sink, Error> {
+pub fn open(plan: &Plan, path: &std::path::Path) -> Result<SecondSink, Error> {
     let file = std::fs::File::create(path)
         .map_err(|e| Error::Input(format!("--stream: cannot create {}: {e}", path.display())))?;
     let mut out = std::io::BufWriter::new(file);

@@ -352,7 +352,7 @@ fn settings(s: &Summary) -> Vec<Item> {
             v.push(item("PLB Mixed admission", format!("{m} by θ")));
         }
         if let Some(b) = st.freemium_borrow {
-            v.push(item("PLB Freemium borrowing", crate::core::settings::Named::name(b).to_string()));
+            v.push(item("PLB Freemium borrowing", b.name().to_string()));
         }
     }
     if st.strategy == "rr-split" {
