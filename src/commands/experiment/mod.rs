@@ -332,12 +332,12 @@ pub fn experiment(args: ExperimentArgs) -> Result<(), Error> {
     );
     let shown = args.common.progress.resolve(args.common.quiet);
     let summaries = execute_pending(&grid, states, pending, shown)?;
-    let exclude = args.common.checks == Checks::Fail;
-    let file = experiment_file(&args, &grid, &summaries, exclude);
     // Under `--checks fail` a run that failed a check is in no aggregate
     // (its folder stays, named in experiment.json and the report).
+    let exclude = args.common.checks == Checks::Fail;
     let all: Vec<Summary> =
         summaries.iter().map(|(s, _)| s.clone()).filter(|s| !exclude || s.failed_checks().is_empty()).collect();
+    let file = experiment_file(&args, &grid, &summaries, exclude, &all);
     // The paper's figures compare strategies at one operating point: with
     // a load axis, that of the first of --loads (the curves show the rest).
     let first_load = grid.first().and_then(|r| r.plan.load);
@@ -476,6 +476,7 @@ fn experiment_file(
     grid: &[GridRun],
     summaries: &[(Summary, bool)],
     exclude: bool,
+    kept: &[Summary],
 ) -> ExperimentFile {
     let uniq = |f: &dyn Fn(&GridRun) -> String| {
         let mut v: Vec<String> = Vec::new();
@@ -502,8 +503,6 @@ fn experiment_file(
             excluded: if exclude { s.failed_checks().iter().map(|v| v.name.clone()).collect() } else { Vec::new() },
         })
         .collect();
-    let all: Vec<Summary> =
-        summaries.iter().map(|(s, _)| s.clone()).filter(|s| !exclude || s.failed_checks().is_empty()).collect();
     ExperimentFile {
         schema_version: crate::report::version::EXPERIMENT,
         plbbench_version: env!("CARGO_PKG_VERSION").into(),
@@ -512,9 +511,9 @@ fn experiment_file(
         mixes: uniq(&|r| r.mix.clone()),
         faults: uniq(&|r| r.fault.clone()),
         repeat: args.repeat,
-        settings: all.first().map(|s| s.settings.clone()).unwrap_or_else(|| run_cmd::settings(&grid[0].plan)),
+        settings: kept.first().map(|s| s.settings.clone()).unwrap_or_else(|| run_cmd::settings(&grid[0].plan)),
         runs,
-        cells: aggregate(&all),
+        cells: aggregate(kept),
     }
 }
 

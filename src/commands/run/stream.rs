@@ -6,7 +6,6 @@
 
 use super::plan::Plan;
 use crate::core::metrics::SecondSink;
-use crate::core::settings::Named;
 use crate::core::stream::{Header, Line};
 use crate::error::Error;
 use std::io::Write;
@@ -16,13 +15,14 @@ pub fn open(plan: &Plan, path: &std::path::Path) -> Result<SecondSink, Error> {
     let file = std::fs::File::create(path)
         .map_err(|e| Error::Input(format!("--stream: cannot create {}: {e}", path.display())))?;
     let mut out = std::io::BufWriter::new(file);
+    let s = super::settings(plan);
     let header = Header {
         schema_version: crate::report::version::STREAM,
-        strategy: plan.variant(),
-        mix: format!("{}:{}", plan.premium_pct, 100 - plan.premium_pct),
-        replicas: plan.replicas,
-        duration_s: plan.duration_s,
-        cluster: plan.cluster.kind().name().into(),
+        strategy: s.strategy,
+        mix: s.mix,
+        replicas: s.replicas,
+        duration_s: s.duration_s,
+        cluster: s.cluster,
     };
     let shown = path.display().to_string();
     let mut failed = write(&mut out, &Line::Run(header)).err();
