@@ -2,7 +2,8 @@
 //! PostgreSQL server (a one-replica cluster of the local backend, tiny
 //! dataset, removed at the end): the closed loop completes queries on every
 //! connection without errors and reports ordered percentiles; the open loop
-//! completes about `rate x duration` queries, not as many as it could; bad
+//! completes about `rate x duration` queries, not as many as it could; a
+//! statement error is counted and the connection goes on; bad
 //! flags are refused with one line naming the field and exit status 2
 //! before anything connects.
 //!
@@ -84,6 +85,7 @@ fn closed_and_open_loop_against_a_real_server() {
     eprintln!("closed: {closed}");
     assert_eq!(closed["mode"], "closed");
     assert_eq!((f(&closed, "errors"), f(&closed, "connections")), (0.0, 4.0));
+    assert_eq!(f(&closed, "rows"), f(&closed, "queries"), "one row per query: {closed}");
     assert!(f(&closed, "queries") >= 100.0 && f(&closed, "qps") > 50.0, "{closed}");
     assert!((1.9..5.0).contains(&f(&closed, "elapsed_s")), "{closed}");
     let p = ["p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms"].map(|k| f(&closed, k));
@@ -113,6 +115,19 @@ fn closed_and_open_loop_against_a_real_server() {
     assert!((300.0..=500.0).contains(&n), "open loop at 200 qps for 2 s completed {n}: {open}");
     assert_eq!(f(&open, "errors"), 0.0);
     assert!(f(&open, "qps") < f(&closed, "qps"), "the open loop should not run flat out");
+
+    // A statement's own error (division by zero) is counted and the
+    // connection goes on: errors pile up for the whole run, none completes.
+    for prepared in [true, false] {
+        let mut args = vec!["bench", "--dsn", &dsn, "--query", "SELECT 1 / ($1::int - $1::int)", "--key-range", "9"];
+        args.extend(["-c", "2", "-T", "1", "--format", "json"]);
+        if prepared {
+            args.push("--prepared");
+        }
+        let failing = json(&plbbench(&args));
+        assert_eq!(f(&failing, "queries"), 0.0, "{failing}");
+        assert!(f(&failing, "errors") >= 50.0, "the connections stopped at the first error: {failing}");
+    }
     drop(cluster);
     assert!(!dir.exists(), "{} left behind", dir.display());
 }

@@ -9,3 +9,4 @@ pub(crate) mod clock;
 pub(crate) mod driver;
 pub(crate) mod live_metrics;
 pub(crate) mod sim;
+pub(crate) mod wire;

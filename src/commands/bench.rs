@@ -7,7 +7,8 @@
 //! Latencies go into one HdrHistogram per connection, merged at the end.
 //! Calibration uses [`measure`] for a replica's throughput under its quota.
 
-use crate::backend::driver::{execute, own_cpu_seconds, prepare};
+use crate::backend::driver::own_cpu_seconds;
+use crate::backend::wire::{Conn, WireError};
 use crate::core::metrics::r4;
 use crate::core::workload::QueryTemplate;
 use crate::error::{input, Error};
@@ -90,6 +91,8 @@ pub struct BenchResult {
     pub queries: u64,
     /// Queries that failed.
     pub errors: u64,
+    /// Rows the completed queries returned.
+    pub rows: u64,
     /// Seconds from the start until the last connection stopped.
     pub elapsed_s: f64,
     /// Completed queries per second.
@@ -195,6 +198,7 @@ pub fn bench(args: BenchArgs) -> Result<(), Error> {
 struct Tally {
     latency_us: Histogram<u64>,
     ok: u64,
+    rows: u64,
     errors: u64,
 }
 
@@ -266,10 +270,10 @@ pub fn measure_probed(
                         let tasks: Vec<_> = clients
                             .into_iter()
                             .zip(&mine)
-                            .map(|((client, st), &i)| {
+                            .map(|(conn, &i)| {
                                 let (q, arrivals) = (spec.query.clone(), arrivals.clone());
                                 let seed = spec.seed.wrapping_mul(1_000_003).wrapping_add(i as u64);
-                                tokio::spawn(connection(client, st, q, arrivals, seed, start, deadline))
+                                tokio::spawn(connection(conn, spec.prepared, q, arrivals, seed, start, deadline))
                             })
                             .collect();
                         let mut out = Vec::new();
@@ -295,10 +299,11 @@ pub fn measure_probed(
         (tallies, cpu, elapsed_s, probed)
     });
     let mut latency_us = Histogram::<u64>::new(3).expect("valid");
-    let (mut ok, mut errors) = (0, 0);
+    let (mut ok, mut rows, mut errors) = (0, 0, 0);
     for tally in tallies.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter().flatten() {
         latency_us.add(&tally.latency_us).expect("same precision");
         ok += tally.ok;
+        rows += tally.rows;
         errors += tally.errors;
     }
     let q = |p: f64| r4(latency_us.value_at_quantile(p) as f64 / 1000.0);
@@ -307,6 +312,7 @@ pub fn measure_probed(
         connections: spec.connections,
         queries: ok,
         errors,
+        rows,
         elapsed_s: r4(elapsed_s),
         qps: r4(ok as f64 / elapsed_s),
         rate: spec.rate,
@@ -321,31 +327,27 @@ pub fn measure_probed(
 }
 
 /// Opens (and prepares on) the connections numbered `which`.
-async fn open(
-    spec: &BenchSpec,
-    which: &[usize],
-) -> Result<Vec<(tokio_postgres::Client, Option<tokio_postgres::Statement>)>, Error> {
-    let mut clients = Vec::with_capacity(which.len());
+async fn open(spec: &BenchSpec, which: &[usize]) -> Result<Vec<Conn>, Error> {
+    let mut conns = Vec::with_capacity(which.len());
     for &i in which {
         let cfg = &spec.servers[i % spec.servers.len()];
-        let client = crate::cluster::pgconn::connect(cfg, Duration::from_secs(10))
+        let mut conn = Conn::connect(cfg, Duration::from_secs(10))
             .await
             .with_context(|| format!("opening connection {} of {}", i + 1, spec.connections))?;
-        let st = if spec.prepared {
-            Some(prepare(&client, &spec.query).await.context("preparing the query")?)
-        } else {
-            None
-        };
-        clients.push((client, st));
+        if spec.prepared {
+            conn.prepare(&spec.query.sql).await.context("preparing the query")?;
+        }
+        conns.push(conn);
     }
-    Ok(clients)
+    Ok(conns)
 }
 
 /// One connection's loop until `deadline`: back to back (closed) or at the
-/// due times it takes from `arrivals` (open). Stops early if the connection breaks.
+/// due times it takes from `arrivals` (open). Stops early if the connection
+/// breaks; a statement's own error is counted and the loop goes on.
 async fn connection(
-    client: tokio_postgres::Client,
-    st: Option<tokio_postgres::Statement>,
+    mut conn: Conn,
+    prepared: bool,
     q: QueryTemplate,
     arrivals: Option<Arc<Mutex<Arrivals>>>,
     seed: u64,
@@ -353,7 +355,8 @@ async fn connection(
     deadline: Instant,
 ) -> Tally {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut tally = Tally { latency_us: Histogram::new(3).expect("valid"), ok: 0, errors: 0 };
+    let mut tally = Tally { latency_us: Histogram::new(3).expect("valid"), ok: 0, rows: 0, errors: 0 };
+    let parts: Vec<&str> = q.sql.split("$1").collect();
     loop {
         let intended = match &arrivals {
             None => Instant::now(),
@@ -366,14 +369,12 @@ async fn connection(
         if intended >= deadline {
             return tally;
         }
-        let key = if q.key_range > 0 { rng.gen_range(1..=q.key_range as i64) } else { 0 };
-        let result = match &st {
-            Some(st) => execute(&client, st, &q, key).await.map(|_| ()),
-            None => client.simple_query(&q.sql.replace("$1", &key.to_string())).await.map(|_| ()),
-        };
+        let key = (q.key_range > 0).then(|| rng.gen_range(1..=q.key_range as i64));
+        let result = if prepared { conn.execute(key).await } else { conn.simple(&parts, key).await };
         match result {
-            Ok(()) => {
+            Ok(rows) => {
                 tally.ok += 1;
+                tally.rows += rows;
                 let us = intended.elapsed().as_micros() as u64;
                 if tally.latency_us.record(us).is_err() {
                     tally.latency_us.saturating_record(us);
@@ -381,7 +382,7 @@ async fn connection(
             }
             Err(e) => {
                 tally.errors += 1;
-                if e.is_closed() || e.code().is_none() {
+                if !WireError::recoverable(&e) {
                     return tally;
                 }
             }

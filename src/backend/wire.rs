@@ -1,0 +1,306 @@
+//! A lean PostgreSQL client for `plbbench bench` (issue 19): one socket per
+//! connection, owned by the task that sends its queries, as libpq's is.
+//! tokio-postgres splits a connection into a client and a connection task
+//! joined by channels, which costs two task wake-ups and two channel hops
+//! per query; on two cores shared with the server that CPU is taken from
+//! the server, so the generator measured slower than pgbench. This client
+//! speaks the protocol itself (messages encoded and parsed by
+//! `postgres-protocol`, the crate tokio-postgres uses), reuses one read and
+//! one write buffer per connection, sends Bind/Execute/Sync (or Query) in
+//! one write and reads until ReadyForQuery. Authentication: trust,
+//! cleartext, MD5 and SCRAM-SHA-256, without TLS. It only runs queries and
+//! counts rows; the real driver keeps tokio-postgres for everything else.
+
+use bytes::{Buf, BufMut, BytesMut};
+use postgres_protocol::authentication::{md5_hash, sasl};
+use postgres_protocol::message::{backend, frontend};
+use std::io;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixStream};
+use tokio_postgres::config::Host;
+use tokio_postgres::Config;
+
+/// Why a connection or a query failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    /// The socket failed.
+    #[error("socket: {0}")]
+    Io(#[from] io::Error),
+    /// The server answered with an ErrorResponse.
+    #[error("server error {code}: {message}")]
+    Server {
+        /// SQLSTATE.
+        code: String,
+        /// The message.
+        message: String,
+        /// FATAL or PANIC: the server closes the connection.
+        fatal: bool,
+    },
+    /// The server closed the connection.
+    #[error("the server closed the connection")]
+    Closed,
+    /// No answer within the deadline.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// Something the client cannot do (a setting, an authentication method)
+    /// or an answer out of protocol.
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+impl WireError {
+    /// Whether the connection can go on after this error (a statement's
+    /// own error, as a unique violation or a cancelled statement).
+    pub fn recoverable(&self) -> bool {
+        matches!(self, WireError::Server { fatal: false, .. })
+    }
+}
+
+/// A TCP or Unix-domain socket.
+enum Socket {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+/// One connection: its socket and reused buffers.
+pub struct Conn {
+    socket: Socket,
+    rbuf: BytesMut,
+    wbuf: BytesMut,
+}
+
+/// The statement name every prepared query uses (one per connection).
+const STATEMENT: &str = "plbbench";
+
+impl Conn {
+    /// Opens and authenticates a connection as `cfg` says (its first host,
+    /// port, user, password, dbname and application_name), within `timeout`.
+    pub async fn connect(cfg: &Config, timeout: Duration) -> Result<Conn, WireError> {
+        tokio::time::timeout(timeout, Conn::open(cfg)).await.map_err(|_| WireError::Timeout(timeout))?
+    }
+
+    async fn open(cfg: &Config) -> Result<Conn, WireError> {
+        let port = cfg.get_ports().first().copied().unwrap_or(5432);
+        let socket = match cfg.get_hosts().first() {
+            Some(Host::Tcp(h)) => {
+                let s = TcpStream::connect((h.as_str(), port)).await?;
+                s.set_nodelay(true)?;
+                Socket::Tcp(s)
+            }
+            Some(Host::Unix(dir)) => Socket::Unix(UnixStream::connect(dir.join(format!(".s.PGSQL.{port}"))).await?),
+            None => return Err(WireError::Unsupported("the connection string names no host".into())),
+        };
+        let mut conn = Conn { socket, rbuf: BytesMut::with_capacity(4096), wbuf: BytesMut::with_capacity(256) };
+        let user =
+            cfg.get_user().ok_or_else(|| WireError::Unsupported("the connection string names no user".into()))?;
+        let mut params = vec![("user", user), ("client_encoding", "UTF8")];
+        if let Some(db) = cfg.get_dbname() {
+            params.push(("database", db));
+        }
+        if let Some(app) = cfg.get_application_name() {
+            params.push(("application_name", app));
+        }
+        frontend::startup_message(params, &mut conn.wbuf)?;
+        conn.flush().await?;
+        conn.authenticate(user, cfg.get_password()).await?;
+        conn.until_ready().await.map(|_| conn)
+    }
+
+    /// Answers the server's authentication request until AuthenticationOk.
+    async fn authenticate(&mut self, user: &str, password: Option<&[u8]>) -> Result<(), WireError> {
+        let need = || WireError::Unsupported("the server asks for a password and none is given".into());
+        match self.message().await? {
+            backend::Message::AuthenticationOk => return Ok(()),
+            backend::Message::AuthenticationCleartextPassword => {
+                frontend::password_message(password.ok_or_else(need)?, &mut self.wbuf)?;
+            }
+            backend::Message::AuthenticationMd5Password(body) => {
+                let hash = md5_hash(user.as_bytes(), password.ok_or_else(need)?, body.salt());
+                frontend::password_message(hash.as_bytes(), &mut self.wbuf)?;
+            }
+            backend::Message::AuthenticationSasl(_) => return self.scram(password.ok_or_else(need)?).await,
+            _ => {
+                return Err(WireError::Unsupported(
+                    "an authentication method other than trust, password, md5 or scram-sha-256".into(),
+                ))
+            }
+        }
+        self.flush().await?;
+        self.expect_ok().await
+    }
+
+    /// SCRAM-SHA-256 without channel binding.
+    async fn scram(&mut self, password: &[u8]) -> Result<(), WireError> {
+        let mut scram = sasl::ScramSha256::new(password, sasl::ChannelBinding::unsupported());
+        frontend::sasl_initial_response(sasl::SCRAM_SHA_256, scram.message(), &mut self.wbuf)?;
+        self.flush().await?;
+        let backend::Message::AuthenticationSaslContinue(body) = self.message().await? else {
+            return Err(WireError::Unsupported("SCRAM: expected the server's first message".into()));
+        };
+        scram.update(body.data())?;
+        frontend::sasl_response(scram.message(), &mut self.wbuf)?;
+        self.flush().await?;
+        let backend::Message::AuthenticationSaslFinal(body) = self.message().await? else {
+            return Err(WireError::Unsupported("SCRAM: expected the server's final message".into()));
+        };
+        scram.finish(body.data())?;
+        self.expect_ok().await
+    }
+
+    async fn expect_ok(&mut self) -> Result<(), WireError> {
+        match self.message().await? {
+            backend::Message::AuthenticationOk => Ok(()),
+            _ => Err(WireError::Unsupported("authentication: expected AuthenticationOk".into())),
+        }
+    }
+
+    /// Prepares `sql` as this connection's statement (parameter types left
+    /// to the server, as libpq's PQprepare with no types).
+    pub async fn prepare(&mut self, sql: &str) -> Result<(), WireError> {
+        frontend::parse(STATEMENT, sql, std::iter::empty(), &mut self.wbuf)?;
+        frontend::sync(&mut self.wbuf);
+        self.flush().await?;
+        self.until_ready().await.map(|_| ())
+    }
+
+    /// Runs the prepared statement with `key` bound to `$1` as text (or no
+    /// parameter); returns the rows it sent.
+    pub async fn execute(&mut self, key: Option<i64>) -> Result<u64, WireError> {
+        let mut digits = itoa::Buffer::new();
+        let values = key.map(|k| digits.format(k).as_bytes());
+        let text = |v: &[u8], buf: &mut BytesMut| {
+            buf.put_slice(v);
+            Ok(postgres_protocol::IsNull::No)
+        };
+        frontend::bind("", STATEMENT, [0i16], values, text, [], &mut self.wbuf)
+            .map_err(|_| WireError::Unsupported("cannot encode the parameter".into()))?;
+        frontend::execute("", 0, &mut self.wbuf)?;
+        frontend::sync(&mut self.wbuf);
+        self.flush().await?;
+        self.until_ready().await
+    }
+
+    /// Runs `sql` with the simple query protocol, `$1` (if `key` is given)
+    /// replaced by the key's digits; returns the rows it sent.
+    pub async fn simple(&mut self, sql: &[&str], key: Option<i64>) -> Result<u64, WireError> {
+        let mut digits = itoa::Buffer::new();
+        let key = key.map(|k| digits.format(k));
+        let body: usize = sql.iter().map(|s| s.len()).sum::<usize>() + key.map_or(0, |k| k.len() * (sql.len() - 1));
+        self.wbuf.put_u8(b'Q');
+        self.wbuf.put_i32((body + 5) as i32);
+        for (i, part) in sql.iter().enumerate() {
+            if i > 0 {
+                self.wbuf.put_slice(key.unwrap_or_default().as_bytes());
+            }
+            self.wbuf.put_slice(part.as_bytes());
+        }
+        self.wbuf.put_u8(0);
+        self.flush().await?;
+        self.until_ready().await
+    }
+
+    async fn flush(&mut self) -> Result<(), WireError> {
+        let r = match &mut self.socket {
+            Socket::Tcp(s) => s.write_all(&self.wbuf).await,
+            Socket::Unix(s) => s.write_all(&self.wbuf).await,
+        };
+        self.wbuf.clear();
+        r.map_err(WireError::from)
+    }
+
+    /// Reads more bytes; the server closing the socket is an error.
+    async fn fill(&mut self) -> Result<(), WireError> {
+        if self.rbuf.capacity() - self.rbuf.len() < 1024 {
+            self.rbuf.reserve(4096);
+        }
+        let n = match &mut self.socket {
+            Socket::Tcp(s) => s.read_buf(&mut self.rbuf).await?,
+            Socket::Unix(s) => s.read_buf(&mut self.rbuf).await?,
+        };
+        if n == 0 {
+            return Err(WireError::Closed);
+        }
+        Ok(())
+    }
+
+    /// The next whole message, parsed (set-up and authentication only).
+    async fn message(&mut self) -> Result<backend::Message, WireError> {
+        loop {
+            if let Some(m) = backend::Message::parse(&mut self.rbuf)? {
+                if let backend::Message::ErrorResponse(body) = m {
+                    return Err(server_error(&body));
+                }
+                return Ok(m);
+            }
+            self.fill().await?;
+        }
+    }
+
+    /// Skips to ReadyForQuery, counting DataRows; the first ErrorResponse is
+    /// the result once the server is ready again (or at once if fatal).
+    async fn until_ready(&mut self) -> Result<u64, WireError> {
+        let (mut rows, mut error) = (0, None);
+        loop {
+            while let Some(h) = backend::Header::parse(&self.rbuf)? {
+                let len = h.len() as usize + 1;
+                if self.rbuf.len() < len {
+                    self.rbuf.reserve(len - self.rbuf.len());
+                    break;
+                }
+                match h.tag() {
+                    backend::DATA_ROW_TAG => rows += 1,
+                    backend::READY_FOR_QUERY_TAG => {
+                        self.rbuf.advance(len);
+                        return error.map_or(Ok(rows), Err);
+                    }
+                    backend::ERROR_RESPONSE_TAG => {
+                        let mut msg = self.rbuf.split_to(len);
+                        if let Some(backend::Message::ErrorResponse(body)) = backend::Message::parse(&mut msg)? {
+                            let e = server_error(&body);
+                            if !e.recoverable() {
+                                return Err(e);
+                            }
+                            error.get_or_insert(e);
+                        }
+                        continue;
+                    }
+                    _ => {}
+                }
+                self.rbuf.advance(len);
+            }
+            self.fill().await?;
+        }
+    }
+}
+
+/// An ErrorResponse as a [`WireError::Server`].
+fn server_error(body: &backend::ErrorResponseBody) -> WireError {
+    use fallible_iterator::FallibleIterator;
+    let (mut code, mut message, mut fatal) = (String::new(), String::new(), false);
+    let mut fields = body.fields();
+    while let Ok(Some(f)) = fields.next() {
+        let text = String::from_utf8_lossy(f.value_bytes());
+        match f.type_() {
+            b'C' => code = text.into_owned(),
+            b'M' => message = text.into_owned(),
+            b'V' => fatal = matches!(&*text, "FATAL" | "PANIC"),
+            _ => {}
+        }
+    }
+    WireError::Server { code, message, fatal }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_say_whether_the_connection_goes_on() {
+        let e = |fatal| WireError::Server { code: "57014".into(), message: "canceled".into(), fatal };
+        assert!(e(false).recoverable());
+        assert!(!e(true).recoverable());
+        assert!(!WireError::Closed.recoverable());
+        assert!(!WireError::Timeout(Duration::from_secs(1)).recoverable());
+    }
+}
