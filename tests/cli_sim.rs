@@ -352,17 +352,23 @@ fn freemium_borrowing_rules_are_recorded_and_change_the_routing() {
 /// workload's unit test pins the formula).
 #[test]
 fn theta_is_derived_from_the_workload_unless_given() {
-    let theta = |extra: &[&str]| {
+    let settings = |extra: &[&str]| {
         let dir = tmp("theta");
         let out = sim_run(&dir, &[&["--time-scale", "0.1", "--faults", "none", "--checks", "warn"], extra].concat());
         assert!(out.status.success(), "{extra:?}: {}", text(&out.stderr));
-        let t = summary_of(&dir)["settings"]["theta"].as_u64().unwrap();
+        let s = summary_of(&dir)["settings"].clone();
         std::fs::remove_dir_all(dir).unwrap();
-        t
+        s
     };
+    let theta = |extra: &[&str]| settings(extra)["theta"].as_u64().unwrap();
     assert_eq!(theta(&[]), 36);
     assert_eq!(theta(&["--T", "500"]), 18, "half the clients, half the sessions per replica");
     assert_eq!(theta(&["--theta", "7"]), 7);
+    // max_connections is sized for every client on one replica (issue 19).
+    let max_conn = |extra: &[&str]| settings(extra)["max_connections"].as_u64().unwrap();
+    assert_eq!(max_conn(&[]), 1020);
+    assert_eq!(max_conn(&["--T", "100"]), 300, "never below PostgreSQL-like 300");
+    assert_eq!(max_conn(&["--max-connections", "50"]), 50);
 }
 
 fn plbbench_default_workload() -> String {
@@ -422,7 +428,7 @@ fn top_banner(dir: &Path) -> String {
 #[test]
 fn an_overloaded_run_fails_its_checks_loudly_and_warn_downgrades_them() {
     let (fail, warn) = (tmp("overload-fail"), tmp("overload-warn"));
-    let out = sim_run(&fail, &["--T", "5000"]);
+    let out = sim_run(&fail, &["--T", "5000", "--max-connections", "300"]);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
@@ -447,7 +453,7 @@ fn an_overloaded_run_fails_its_checks_loudly_and_warn_downgrades_them() {
     assert!(banner.contains("<b>baseline steady</b>") && banner.contains("<b>time-outs</b>"), "{banner}");
     assert!(!banner.contains("downgraded"), "{banner}");
 
-    let out = sim_run(&warn, &["--T", "5000", "--checks", "warn"]);
+    let out = sim_run(&warn, &["--T", "5000", "--max-connections", "300", "--checks", "warn"]);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     let warned = err.lines().filter(|l| l.starts_with("plbbench: warning: check failed: ")).count();
@@ -516,6 +522,8 @@ fn a_full_replica_turns_away_connections_beyond_max_connections() {
         "warn",
         "--strategy",
         "rr",
+        "--max-connections",
+        "300",
     ];
     let o = sim_run(&out, &args);
     assert!(o.status.success(), "{}", text(&o.stderr));

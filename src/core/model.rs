@@ -288,8 +288,23 @@ impl fmt::Display for QueryError {
 }
 
 /// `max_connections` of every replica plbbench starts (local and docker
-/// backends), and the limit the simulator enforces per replica.
+/// backends) for up to [`MAX_CONNECTIONS`] - [`CONNECTION_HEADROOM`]
+/// clients, and the limit the simulator enforces per replica.
 pub const MAX_CONNECTIONS: u32 = 300;
+
+/// Connection slots kept beside the clients' own: PostgreSQL's
+/// `superuser_reserved_connections` (3; the generator connects as the
+/// superuser, so they count), the health probes, the CPU sampler and a
+/// tool an operator opens during the run.
+pub const CONNECTION_HEADROOM: u32 = 20;
+
+/// `max_connections` for a run of `clients` sessions: every client can
+/// hold a session on one replica at once (the last survivor of a cascade)
+/// without the connection slots being what turns it away, so a closed
+/// population of T=1,000 gets 1,020 (issue 19); at least [`MAX_CONNECTIONS`].
+pub fn max_connections_for(clients: u32) -> u32 {
+    MAX_CONNECTIONS.max(clients.saturating_add(CONNECTION_HEADROOM))
+}
 
 /// Why a session could not connect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -366,6 +381,15 @@ impl fmt::Display for AbortReason {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn max_connections_fit_every_client_on_one_replica() {
+        assert_eq!(max_connections_for(0), MAX_CONNECTIONS);
+        assert_eq!(max_connections_for(280), MAX_CONNECTIONS);
+        assert_eq!(max_connections_for(281), 301);
+        assert_eq!(max_connections_for(1000), 1000 + CONNECTION_HEADROOM);
+        assert_eq!(max_connections_for(u32::MAX), u32::MAX);
+    }
 
     #[test]
     fn actions_display_pair_and_round_trip() {

@@ -38,4 +38,8 @@ pub struct BackendOutcome {
     pub stop_overrun_s: Option<f64>,
     /// Real backends: how hard plbbench itself worked (saturation guard).
     pub generator: Option<GeneratorReport>,
+    /// `max_connections` of the replicas, when the backend set it (the
+    /// simulator, a cluster the run started); `None` for a cluster it
+    /// found running or an external one.
+    pub max_connections: Option<u32>,
 }

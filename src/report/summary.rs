@@ -51,6 +51,12 @@ pub struct Settings {
     /// PLB: how far Freemium may borrow a Premium replica; absent as `mixed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub freemium_borrow: Option<crate::core::router::FreemiumBorrow>,
+    /// `max_connections` of every replica of a cluster the run started and
+    /// the simulator's limit (sized for T, issue 19); absent for an
+    /// external cluster or one `plbbench cluster up` left running (they
+    /// keep their own) and in files from before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<u32>,
     /// How the router learns of faults: `probe` or `oracle`.
     pub detection: String,
     /// Admission layer in front of the strategy (`none` or `modes`).

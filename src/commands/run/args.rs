@@ -88,6 +88,9 @@ pub struct CommonArgs {
     /// Number of replicas K.
     #[arg(long, default_value_t = 5, value_name = "K")]
     pub replicas: usize,
+    /// max_connections of every replica of a cluster the run starts, and the simulator's limit; a cluster `plbbench cluster up` left running or an external one keeps its own [default: every client at once on one replica: max(300, T + 20)].
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<u32>,
     /// PLB reference role split P,M,F (sum K; read only by plb) [default: the paper's 2,1,2 at K=5, scaled to K by the target-vector formula: 3,1,3 at K=7].
     #[arg(long, value_name = "P,M,F")]
     pub reference: Option<String>,

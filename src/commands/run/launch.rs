@@ -44,11 +44,17 @@ pub fn run_sim(plan: &Plan, mut collector: Collector) -> (Collector, BackendOutc
             cpus: plan.cpus,
             duration_s: plan.duration_s,
             probe_interval_s: plan.probe_interval.map_or(0.0, |d| d.as_secs_f64()),
-            max_connections: crate::core::model::MAX_CONNECTIONS,
+            max_connections: plan.max_connections,
         },
         &mut collector,
     );
-    (collector, BackendOutcome { in_flight: out.in_flight, cpu_budget_enforced: false, ..Default::default() })
+    let outcome = BackendOutcome {
+        in_flight: out.in_flight,
+        cpu_budget_enforced: false,
+        max_connections: Some(plan.max_connections),
+        ..Default::default()
+    };
+    (collector, outcome)
 }
 
 /// The cluster that `plbbench cluster up --backend KIND` left running, if
@@ -76,15 +82,30 @@ fn start(plan: &Plan, kind: ClusterKind) -> Result<Cluster, Error> {
     eprintln!("plbbench: starting a {k}-replica {} PostgreSQL cluster (dataset scale {})", kind.name(), w.scale);
     if kind == ClusterKind::Docker {
         let state_dir = docker::default_state_dir().with_file_name("docker-run");
-        let opts =
-            DockerOptions { replicas: k, cpus, scale: w.scale, seed: w.seed, state_dir, ..DockerOptions::default() };
+        let opts = DockerOptions {
+            replicas: k,
+            cpus,
+            scale: w.scale,
+            seed: w.seed,
+            state_dir,
+            max_connections: plan.max_connections,
+            ..DockerOptions::default()
+        };
         return DockerCluster::up(&opts)
             .context("starting the docker cluster")
             .map(Cluster::Docker)
             .map_err(Error::Run);
     }
     let state_dir = default_state_dir().with_file_name("run");
-    let opts = LocalOptions { replicas: k, cpus, state_dir, scale: w.scale, seed: w.seed, ..LocalOptions::default() };
+    let opts = LocalOptions {
+        replicas: k,
+        cpus,
+        state_dir,
+        scale: w.scale,
+        seed: w.seed,
+        max_connections: plan.max_connections,
+        ..LocalOptions::default()
+    };
     LocalCluster::up(&opts).context("starting the local cluster").map(Cluster::Local).map_err(Error::Run)
 }
 
@@ -120,11 +141,11 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
         ),
         None => None,
     };
-    let cluster = match &plan.cluster {
-        ClusterSpec::External(x) => Cluster::External(external_cluster(plan, x)?),
+    let (cluster, max_connections) = match &plan.cluster {
+        ClusterSpec::External(x) => (Cluster::External(external_cluster(plan, x)?), None),
         spec => match reuse_running(plan, spec.kind())? {
-            Some(c) => c,
-            None => start(plan, spec.kind())?,
+            Some(c) => (c, None),
+            None => (start(plan, spec.kind())?, Some(plan.max_connections)),
         },
     };
     if interrupted.load(Ordering::SeqCst) {
@@ -179,6 +200,7 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
         interrupted_by: out.signal,
         stop_overrun_s: Some(overrun_s),
         generator: out.generator,
+        max_connections,
     };
     Ok((collector, outcome))
 }

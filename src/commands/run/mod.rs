@@ -212,6 +212,7 @@ pub fn settings(plan: &Plan) -> Settings {
         mixed: (plan.strategy == Strategy::Plb)
             .then(|| if plan.router.mixed_bounded { "bounded" } else { "unbounded" }.to_string()),
         freemium_borrow: (plan.strategy == Strategy::Plb).then_some(plan.router.freemium_borrow),
+        max_connections: None,
         detection: detection(plan),
         admission: plan.admission.name().into(),
         recovery: plan.recovery.name().into(),
@@ -274,7 +275,7 @@ fn summarise(
     Summary {
         schema_version: crate::report::version::SUMMARY,
         partial: outcome.partial,
-        settings: settings(plan),
+        settings: Settings { max_connections: outcome.max_connections, ..settings(plan) },
         environment: environment(plan, &outcome, started),
         faults: plan.faults.clone(),
         phases: m.phases.clone(),

@@ -78,6 +78,9 @@ pub struct Plan {
     pub load: Option<f64>,
     /// Number of replicas K (also in `router`).
     pub replicas: usize,
+    /// `max_connections` of every replica of a cluster the run starts and
+    /// the simulator's limit.
+    pub max_connections: u32,
     /// Seed of the client schedule.
     pub seed: u64,
     /// Timeline multiplier.
@@ -245,6 +248,9 @@ impl Plan {
         if c.theta == Some(0) {
             return Err(input("--theta", "must be at least 1"));
         }
+        if c.max_connections.is_some_and(|n| n < 5) {
+            return Err(input("--max-connections", "must be at least 5 (PostgreSQL keeps 3 for superusers)"));
+        }
         let derived = || workload.derived_theta(c.clients, premium_pct, c.replicas, c.cpus);
         let theta = c.theta.or(workload.router.theta).unwrap_or_else(derived);
         workload.router.theta = Some(theta);
@@ -285,6 +291,7 @@ impl Plan {
             clients: c.clients,
             load: c.load,
             replicas: c.replicas,
+            max_connections: c.max_connections.unwrap_or_else(|| crate::core::model::max_connections_for(c.clients)),
             seed: c.seed,
             time_scale: x,
             cpus: c.cpus,

@@ -363,6 +363,11 @@ fn settings(s: &Summary) -> Vec<Item> {
         item("faults", title(s).faults),
         item("workload", st.workload.clone()),
         item("cluster backend", st.cluster.clone()),
+    ]);
+    if let Some(n) = st.max_connections {
+        v.push(item("max_connections per replica", n.to_string()));
+    }
+    v.extend([
         item("seed", st.seed.to_string()),
         item("time scale", format!("{}×", st.time_scale)),
         item("run length (scaled)", format!("{} s", secs(st.duration_s))),

@@ -138,6 +138,7 @@ fn synthetic(partial: bool, workload: &str) -> (Summary, RunMetrics) {
             alpha: 0.7,
             mixed: Some("bounded".into()),
             freemium_borrow: Some(Default::default()),
+            max_connections: Some(300),
             detection: "probe".into(),
             admission: "none".into(),
             recovery: "none".into(),
