@@ -39,9 +39,11 @@ fn health_events(dir: &Path) -> Vec<(f64, String, String)> {
 #[test]
 fn heavy_load_without_faults_isolates_no_replica() {
     // T=5000 under 5RR overloads every replica (about 1.6x the cluster's
-    // budget: baseline p95 2-5 s against a 30 s deadline), so slow answers
-    // abound; slowness may demote a replica, never remove it.
-    let dir = run("load", &["--strategy", "rr", "--T", "5000", "--faults", "none"]);
+    // budget: baseline p95 2-5 s against a 30 s deadline) and, with
+    // max_connections held at 300 instead of T + 20, fills every server, so
+    // slow and refused connects abound; they may demote a replica, never
+    // remove it.
+    let dir = run("load", &["--strategy", "rr", "--T", "5000", "--faults", "none", "--max-connections", "300"]);
     let ev = health_events(&dir);
     assert!(
         ev.iter().any(|(_, _, d)| d.starts_with("HEALTHY->SUSPECT")),
