@@ -21,6 +21,7 @@ big=${2:-1000}
 cargo build --release --locked -q
 bin=$PWD/target/release/plbbench
 out=$(mktemp -d)
+chmod 755 "$out"  # the servers run as an unprivileged user that must reach the state directory
 trap 'rm -rf "$out"' EXIT
 for _ in $(seq 40); do [[ -e /tmp/plbbench-quiet.lock ]] || break; echo "bench-mem-real: waiting for a quiet machine" >&2; sleep 30; done
 

@@ -5,8 +5,13 @@
 #      x 3 mixes x 2 presets x 5 repeats, T=1000, 300 simulated s each);
 #   2. one cascade run at T = 1k, 10k, 100k clients (cost vs T), with the
 #      peak RSS of each (memory target: T=100k in <= 1 GiB);
-#   3. one run without faults at T=10k for 300, 600, 1200, 2400 simulated s
-#      (cost vs run length, via --time-scale 1, 2, 4, 8).
+#   3. cost vs run length (issue 19): one cascade run at T=1k and at T=10k
+#      for 300, 600, 1200, 2400 simulated s (--time-scale 1, 2, 4, 8: the
+#      same timeline stretched), with the wall time per simulated second,
+#      the work simulated (queries sent plus sessions started, from
+#      summary.json) per simulated second and the wall time per unit of it,
+#      each with its max/min ratio over the four lengths (target: wall per
+#      simulated second flat within 15%), and the peak RSS.
 # Prints markdown tables. Usage: scripts/bench-sim.sh [N (5)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +55,30 @@ echo "| clients T (300 simulated s) | median wall s | peak RSS MiB |"
 echo "| --- | --- | --- |"
 for t in 1000 10000 100000; do row "$t" --faults cascade --T "$t"; done
 echo
-echo "| simulated seconds (T=10000, no faults) | median wall s | peak RSS MiB |"
-echo "| --- | --- | --- |"
-for x in 1 2 4 8; do row "$((300 * x))" --faults none --T 10000 --time-scale "$x"; done
+# work DIR: queries sent (completed or failed) plus sessions started, from summary.json.
+work() {
+    python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+print(sum(p["completed"] + p["errors"] for p in d["phases"]) + sum(a["sessions_started"] for a in d["accounting"]))' "$1"
+}
+# length T: the run-length table of a cascade at T clients.
+length() {
+    local t=$1 x i walls rows=()
+    for x in 1 2 4 8; do
+        walls=()
+        for i in $(seq "$n"); do
+            timed "$bin" run --cluster sim --seed "$i" --quiet --checks warn --force --out "$out/run" \
+                --faults cascade --T "$t" --time-scale "$x"
+            walls+=("$wall")
+        done
+        rows+=("$((300 * x)) $(printf '%s\n' "${walls[@]}" | median) $(work "$out/run/summary.json") $rss")
+    done
+    printf '%s\n' "${rows[@]}" | awk -v t="$t" '{
+            secs[NR] = $1; ms[NR] = 1000 * $2 / $1; rate[NR] = $3 / $1; us[NR] = 1e6 * $2 / $3
+            printf "| %d | %d | %.3f | %.3f | %.0f | %.2f | %.1f |\n", t, $1, $2, ms[NR], rate[NR], us[NR], $4 / 1024 }
+        function ratio(a,   i, lo, hi) { lo = hi = a[1]; for (i = 2; i <= NR; i++) { if (a[i] < lo) lo = a[i]; if (a[i] > hi) hi = a[i] }; return hi / lo }
+        END { printf "| %d | max/min | | %.2f | %.2f | %.2f | |\n", t, ratio(ms), ratio(rate), ratio(us) }'
+}
+echo "| clients T (cascade) | simulated s | median wall s | wall ms per simulated s | queries + sessions per simulated s | wall us per query or session | peak RSS MiB (last run) |"
+echo "| --- | --- | --- | --- | --- | --- | --- |"
+for t in 1000 10000; do length "$t"; done

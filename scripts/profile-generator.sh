@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # Where the generator spends per query what pgbench does not (issue 19):
 # against one local server (scripts/lib/pgbench-server.sh), `pgbench -S -M
-# prepared -c N -j 2` and the equivalent `plbbench bench --prepared` run
+# MODE -c N -j 2` and the equivalent `plbbench bench` (`--prepared` for the
+# prepared protocol) run
 # for SECONDS each, first under `perf stat` (the generator's own CPU time,
 # context switches and CPU migrations, per completed query) and then under
 # `strace -c -f` (system calls per query, by call; strace slows both tools
 # alike, so only the counts per query are compared, not the rates). Set
 # PLBBENCH_B=/path/to/another/plbbench to profile a second build beside it
 # (e.g. the previous commit's). Prints markdown tables.
-# Usage: scripts/profile-generator.sh [SECONDS (5)] [CLIENTS (16)] [SCALE (10)]
+# Usage: scripts/profile-generator.sh [SECONDS (5)] [CLIENTS (16)] [SCALE (10)] [MODE (prepared|simple)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-5}
 clients=${2:-16}
 scale=${3:-10}
+mode=${4:-prepared}
+case $mode in prepared) prep=(--prepared) ;; simple) prep=() ;; *) echo "profile-generator: MODE must be prepared or simple, not $mode" >&2; exit 2 ;; esac
 command -v perf >/dev/null || { echo "profile-generator: perf not found (apt-get install linux-perf)" >&2; exit 1; }
 command -v strace >/dev/null || { echo "profile-generator: strace not found (apt-get install strace)" >&2; exit 1; }
 name=profile-generator
@@ -27,17 +30,17 @@ run() {
     local tool=$1
     shift
     case $tool in
-        pgbench) "$@" "$pgbench" -n -S -M prepared -c "$clients" -j 2 -T "$secs" 2>/dev/null \
+        pgbench) "$@" "$pgbench" -n -S -M "$mode" -c "$clients" -j 2 -T "$secs" 2>/dev/null \
             | sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' ;;
         plbbench) "$@" "$bin" bench --dsn "host=127.0.0.1 port=$port user=postgres dbname=postgres" \
             --query 'SELECT abalance FROM pgbench_accounts WHERE aid = $1' --key-range $((100000 * scale)) \
-            --prepared -c "$clients" -j 2 -T "$secs" --format json | sed -n 's/^ *"queries": \([0-9]*\),*$/\1/p' ;;
+            "${prep[@]}" -c "$clients" -j 2 -T "$secs" --format json | sed -n 's/^ *"queries": \([0-9]*\),*$/\1/p' ;;
         plbbench-b) bin=$PLBBENCH_B run plbbench "$@" ;;
     esac
 }
 stat_field() { awk -F, -v e="$1" '$3 ~ e {print $1; exit}' "$2"; }
 
-echo "load average before: $(cut -d ' ' -f 1-3 /proc/loadavg)"
+echo "protocol $mode, $clients clients, $secs s; load average before: $(cut -d ' ' -f 1-3 /proc/loadavg)"
 echo
 echo "| tool | queries/s | generator CPU us per query | context switches per query | CPU migrations per query |"
 echo "| --- | --- | --- | --- | --- |"

@@ -19,8 +19,13 @@ use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord}
 use crate::core::model::{AbortReason, Action, ConnectError, FaultEvent, QueryError, ReplicaId};
 use crate::core::schedule::Client;
 use crate::core::workload::Workload;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+
+mod agenda;
+mod heap;
+mod server;
+
+use agenda::{Agenda, Ev};
+use server::{Server, BACKGROUND, BURST_CORES, SPENT};
 
 /// What the simulator needs besides the collector.
 pub struct SimInput<'a> {
@@ -49,116 +54,6 @@ pub struct SimInput<'a> {
 pub struct SimOutcome {
     /// Sessions still open per class.
     pub in_flight: [u64; 2],
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Ev {
-    Fault(usize),
-    Probe,
-    Sample,
-    Wake(u32),
-    Done(ReplicaId, u64),
-    Timeout(u32, u64),
-    Expire,
-    Quota(ReplicaId, u64),
-}
-
-/// The CFS bandwidth period, seconds (the local backend writes 100 ms).
-const PERIOD_S: f64 = 0.1;
-/// The most cores one replica's processes use at once in the model: the
-/// host's cores are shared by every replica and the generator.
-const BURST_CORES: f64 = 1.0;
-/// CPU seconds below which a period's quota counts as spent.
-const SPENT: f64 = 1e-12;
-/// The client index of a job no client waits for (a backend's exit).
-const BACKGROUND: u32 = u32::MAX;
-
-/// A replica as a processor-sharing server.
-struct Server {
-    up: bool,
-    paused: bool,
-    /// Partitioned: alive, but its connections hang (modelled as no progress).
-    partitioned: bool,
-    /// Fraction of the budget C the server has (1 unless Slow).
-    share: f64,
-    v: f64,
-    last_t: f64,
-    cpu_s: f64,
-    n: usize,
-    jobs: BinaryHeap<Reverse<(u64, u32, u64)>>,
-    epoch: u64,
-    /// CPU seconds left of this period's quota.
-    budget: f64,
-    /// When the current quota period ends.
-    period_end: f64,
-    /// Client connections open on it (being set up or in a session).
-    connections: u32,
-}
-
-impl Server {
-    fn new() -> Server {
-        Server {
-            up: true,
-            paused: false,
-            partitioned: false,
-            share: 1.0,
-            v: 0.0,
-            last_t: 0.0,
-            cpu_s: 0.0,
-            n: 0,
-            jobs: BinaryHeap::new(),
-            epoch: 0,
-            budget: 0.0,
-            period_end: 0.0,
-            connections: 0,
-        }
-    }
-
-    /// Whether its clients see no progress (paused or partitioned).
-    fn stalled(&self) -> bool {
-        self.paused || self.partitioned
-    }
-
-    /// Per-job rate: the jobs share up to [`BURST_CORES`] (at most one
-    /// core each) while the period's quota lasts, nothing once it is spent.
-    fn rate(&self) -> f64 {
-        if self.stalled() || self.n == 0 || self.budget <= SPENT {
-            0.0
-        } else {
-            (BURST_CORES / self.n as f64).min(1.0)
-        }
-    }
-
-    /// A new quota (`share` of C), in force at once: writing `cpu.max`
-    /// gives the current period the new quota, as the kernel does.
-    fn requota(&mut self, share: f64, cpus: f64) {
-        self.share = share;
-        self.budget = cpus * share * PERIOD_S;
-    }
-
-    /// Cores in use now.
-    fn speed(&self) -> f64 {
-        self.rate() * self.n as f64
-    }
-
-    /// Runs the jobs from `last_t` to `t` (no period boundary or spent
-    /// quota lies in between: [`Sim::reschedule`] puts an event there),
-    /// then starts a new period with a full quota if `t` is past the
-    /// current one's end (`cpus` x share x period).
-    fn advance(&mut self, t: f64, cpus: f64) {
-        let dt = t - self.last_t;
-        if dt > 0.0 {
-            let used = (dt * self.speed()).min(self.budget.max(0.0));
-            self.v += dt * self.rate();
-            self.cpu_s += used;
-            self.budget -= used;
-        }
-        self.last_t = t;
-        if t >= self.period_end - SPENT {
-            self.budget = cpus * self.share * PERIOD_S;
-            self.period_end = ((t + SPENT) / PERIOD_S).floor() * PERIOD_S + PERIOD_S;
-        }
-    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -194,15 +89,10 @@ struct Sim<'a, 'c> {
     input: SimInput<'a>,
     col: &'c mut Collector,
     now: f64,
-    seq: u64,
-    queue: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    agenda: Agenda,
     servers: Vec<Server>,
     clients: Vec<ClientState>,
     sessions: u64,
-}
-
-fn key(t: f64) -> u64 {
-    t.max(0.0).to_bits()
 }
 
 /// Runs the simulation to `duration_s`, feeding `col`.
@@ -210,7 +100,7 @@ pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
     let k = input.control.replicas();
     let servers = (0..k).map(|_| Server::new()).collect();
     let scripts = std::mem::take(&mut input.clients);
-    let clients = scripts
+    let clients: Vec<ClientState> = scripts
         .into_iter()
         .map(|script| ClientState {
             script,
@@ -222,10 +112,10 @@ pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
             qseq: 0,
         })
         .collect();
-    let mut sim = Sim { input, col, now: 0.0, seq: 0, queue: BinaryHeap::new(), servers, clients, sessions: 0 };
+    let agenda = Agenda::new(clients.len(), k);
+    let mut sim = Sim { input, col, now: 0.0, agenda, servers, clients, sessions: 0 };
     sim.start();
-    while let Some(Reverse((t, _, ev))) = sim.queue.pop() {
-        let t = f64::from_bits(t);
+    while let Some((t, ev)) = sim.agenda.pop() {
         if t >= sim.input.duration_s {
             break;
         }
@@ -257,8 +147,7 @@ impl Sim<'_, '_> {
     }
 
     fn at(&mut self, t: f64, ev: Ev) {
-        self.seq += 1;
-        self.queue.push(Reverse((key(t), self.seq, ev)));
+        self.agenda.at(t, ev);
     }
 
     fn start(&mut self) {
@@ -283,16 +172,14 @@ impl Sim<'_, '_> {
     fn handle(&mut self, ev: Ev) {
         match ev {
             Ev::Wake(c) => self.wake(c as usize),
-            Ev::Done(r, epoch) => self.done(r, epoch),
+            Ev::Done(r) => self.done(r),
             Ev::Timeout(c, q) => self.timeout(c as usize, q),
             Ev::Fault(i) => self.fault(i),
             Ev::Probe => self.probe(),
             Ev::Expire => self.expire(),
-            Ev::Quota(r, epoch) => {
-                if self.servers[r.idx()].epoch == epoch {
-                    self.servers[r.idx()].advance(self.now, self.input.cpus);
-                    self.reschedule(r);
-                }
+            Ev::Quota(r) => {
+                self.servers[r.idx()].advance(self.now, self.input.cpus);
+                self.reschedule(r);
             }
             Ev::Sample => {
                 self.input.control.tick(self.now);
@@ -463,68 +350,69 @@ impl Sim<'_, '_> {
     }
 
     /// Puts the backend's exit (`close_cpu_ms`) on server `r` as work no
-    /// client waits for: it takes CPU from the queries beside it.
+    /// client waits for: it takes CPU from the queries beside it, and the
+    /// backend keeps its connection slot until it is done, as a
+    /// PostgreSQL backend holds its slot until its process exits.
     fn close_backend(&mut self, r: ReplicaId) {
         let demand_s = self.input.workload.session.close_cpu_ms / 1000.0;
         if demand_s > 0.0 && self.servers[r.idx()].up {
             self.enqueue(r, BACKGROUND as usize, 0, demand_s);
+        } else {
+            self.backend_gone(r);
         }
+    }
+
+    /// A backend of `r` has exited: its connection slot is free.
+    fn backend_gone(&mut self, r: ReplicaId) {
+        let s = &mut self.servers[r.idx()];
+        s.connections = s.connections.saturating_sub(1);
     }
 
     /// Puts job `q` of client `i` (`demand_s` of CPU) on server `r`.
     fn enqueue(&mut self, r: ReplicaId, i: usize, q: u64, demand_s: f64) {
         let s = &mut self.servers[r.idx()];
         s.advance(self.now, self.input.cpus);
-        s.n += 1;
-        s.jobs.push(Reverse((key(s.v + demand_s), i as u32, q)));
+        s.push(i as u32, q, demand_s);
         self.reschedule(r);
     }
 
-    /// Schedules the next completion on `r` and, while it has work, the
-    /// next quota event (its quota spent, or its period's end); older
-    /// schedules go stale.
+    /// Plans the next completion on `r` and, while it has work, the next
+    /// quota event (its quota spent, or its period's end), in place of
+    /// the ones planned before.
     fn reschedule(&mut self, r: ReplicaId) {
+        let (done, quota) = (Ev::Done(r), Ev::Quota(r));
         let s = &mut self.servers[r.idx()];
-        s.epoch += 1;
-        let epoch = s.epoch;
-        loop {
-            let Some(&Reverse((fv, c, q))) = s.jobs.peek() else { return };
-            if c != BACKGROUND && !self.clients[c as usize].live(q) {
-                s.jobs.pop();
-                continue;
-            }
-            if s.budget > SPENT && s.n > 0 && self.now + s.budget / (s.n as f64).min(BURST_CORES) <= self.now {
-                s.budget = 0.0; // too little left to move the clock: spent
-            }
-            let rate = s.rate();
-            let mut events = Vec::with_capacity(2);
-            if rate > 0.0 {
-                events.push((self.now + (f64::from_bits(fv) - s.v).max(0.0) / rate, Ev::Done(r, epoch)));
-            }
-            if s.n > 0 && !s.stalled() {
-                let spent = if rate > 0.0 { self.now + s.budget / s.speed() } else { s.period_end };
-                events.push((spent.min(s.period_end), Ev::Quota(r, epoch)));
-            }
-            for (t, ev) in events {
-                self.seq += 1;
-                self.queue.push(Reverse((key(t), self.seq, ev)));
-            }
+        let Some((fv, _)) = s.next() else {
+            self.agenda.cancel(done);
+            self.agenda.cancel(quota);
             return;
+        };
+        let n = s.n() as f64;
+        if s.budget > SPENT && self.now + s.budget / n.min(BURST_CORES) <= self.now {
+            s.budget = 0.0; // too little left to move the clock: spent
+        }
+        let rate = s.rate();
+        let spent = if rate > 0.0 { self.now + s.budget / s.speed() } else { s.period_end };
+        let (stalled, period_end) = (s.stalled(), s.period_end);
+        let v = s.v;
+        match rate > 0.0 {
+            true => self.agenda.at(self.now + (fv - v).max(0.0) / rate, done),
+            false => self.agenda.cancel(done),
+        }
+        match stalled {
+            false => self.agenda.at(spent.min(period_end), quota),
+            true => self.agenda.cancel(quota),
         }
     }
 
-    fn done(&mut self, r: ReplicaId, epoch: u64) {
-        if self.servers[r.idx()].epoch != epoch {
-            return;
-        }
+    fn done(&mut self, r: ReplicaId) {
         let cpus = self.input.cpus;
         let s = &mut self.servers[r.idx()];
         s.advance(self.now, cpus);
-        let Some(Reverse((_, c, _))) = s.jobs.pop() else { return };
-        s.n -= 1;
+        let Some(c) = s.pop() else { return };
         self.reschedule(r);
         if c == BACKGROUND {
-            return;
+            return self.backend_gone(r);
         }
         if self.clients[c as usize].connecting() {
             // Set up on the replica: after the set-up's latency outside it
@@ -549,7 +437,7 @@ impl Sim<'_, '_> {
         let State::Session { replica, .. } = self.clients[i].state else { return };
         let s = &mut self.servers[replica.idx()];
         s.advance(self.now, self.input.cpus);
-        s.n -= 1;
+        s.cancel(i as u32);
         if self.clients[i].connecting() {
             let why = self.input.control.connect_failed(replica, ConnectError::Timeout, self.now);
             self.abort(i, replica, why);
@@ -599,10 +487,6 @@ impl Sim<'_, '_> {
         let c = &mut self.clients[i];
         let class = c.script.class;
         let closed = matches!(c.state, State::Session { counted: true, .. });
-        if closed {
-            let s = &mut self.servers[r.idx()];
-            s.connections = s.connections.saturating_sub(1);
-        }
         self.col.session_ended(SessionRecord { class, replica: r, start_s: c.session_start, end_s: now, abort });
         // A broken session's client retries the failed query and the rest
         // of its work in a new session after a backoff.
@@ -667,12 +551,12 @@ impl Sim<'_, '_> {
     fn kill(&mut self, r: ReplicaId) {
         let s = &mut self.servers[r.idx()];
         s.up = false;
-        s.n = 0;
-        s.epoch += 1;
-        let jobs = std::mem::take(&mut s.jobs);
-        for Reverse((_, c, q)) in jobs.into_sorted_vec().into_iter().rev() {
+        let jobs = s.drain();
+        self.agenda.cancel(Ev::Done(r));
+        self.agenda.cancel(Ev::Quota(r));
+        for (c, q) in jobs {
             let c = c as usize;
-            if c == BACKGROUND as usize || !self.clients[c].live(q) {
+            if !self.clients[c].live(q) {
                 continue;
             }
             // A connection being set up is refused; a query fails.
@@ -724,3 +608,6 @@ impl ClientState {
         matches!(self.state, State::Session { connecting: true, .. })
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -6,6 +6,7 @@
 
 use super::model::{AbortReason, Class, EventKind, QueryError, ReplicaId, Role};
 use super::phases::{locate, Phase, WARMUP};
+use super::second_latency::SecondLatency;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -122,7 +123,7 @@ struct SecondAgg {
     /// Longest wait (actual start - intended start) of a query started in
     /// this second: the age of the oldest delayed work, for the recovery ledger.
     wait_max_ms: Option<f64>,
-    latency_ms: Histogram<u32>,
+    latency_ms: SecondLatency,
     active: u32,
 }
 
@@ -132,6 +133,8 @@ pub struct Collector {
     cpus: f64,
     per_phase: Vec<[ClassAgg; 2]>,
     seconds: Vec<[SecondAgg; 2]>,
+    /// Seconds before this one have settled (see [`SecondLatency`]).
+    settled: usize,
     /// Per second, per replica.
     flow: Vec<Vec<Flow>>,
     replica_rows: Vec<ReplicaRow>,
@@ -321,13 +324,13 @@ impl Collector {
     pub fn new(phases: Vec<Phase>, replicas: usize, cpus: f64, raw: bool) -> Collector {
         let end = phases.last().map_or(0.0, |p| p.end_s);
         let secs = end.ceil().max(1.0) as usize;
-        let second =
-            || SecondAgg { completed: 0, wait_max_ms: None, latency_ms: Histogram::new(3).expect("valid"), active: 0 };
+        let second = || SecondAgg { completed: 0, wait_max_ms: None, latency_ms: SecondLatency::Empty, active: 0 };
         Collector {
             per_phase: phases.iter().map(|_| [ClassAgg::new(), ClassAgg::new()]).collect(),
             phases,
             cpus,
             seconds: (0..secs).map(|_| [second(), second()]).collect(),
+            settled: 0,
             flow: vec![vec![Flow::default(); replicas]; secs],
             replica_rows: Vec::new(),
             cpu_series: vec![Vec::new(); replicas],
@@ -386,7 +389,7 @@ impl Collector {
             class,
             completed: s.completed,
             goodput_qps: s.completed as f64,
-            p95_ms: (!s.latency_ms.is_empty()).then(|| s.latency_ms.value_at_quantile(0.95) as f64),
+            p95_ms: s.latency_ms.p95().map(|ms| ms as f64),
             active_sessions: s.active,
         }
     }
@@ -426,7 +429,9 @@ impl Collector {
                 record(&mut agg.service_us, us(q.end_s - q.start_s).max(1));
                 let s = &mut self.seconds[sec][c];
                 s.completed += 1;
-                record(&mut s.latency_ms, latency.div_ceil(1000));
+                // A record for a settled second (over a minute late) counts,
+                // but no longer moves that second's p95.
+                s.latency_ms.record(latency.div_ceil(1000));
             }
             Some(kind) => {
                 agg.errors += 1;
@@ -526,7 +531,7 @@ impl Collector {
             let mut h = Histogram::<u32>::new(3).expect("valid");
             for s in &self.seconds[a..b] {
                 *n += s[c].completed;
-                h.add(&s[c].latency_ms).expect("same precision");
+                s[c].latency_ms.add_to(&mut h);
             }
             *p95 = (!h.is_empty()).then(|| h.value_at_quantile(0.95));
         }
@@ -569,6 +574,12 @@ impl Collector {
         for (agg, n) in self.seconds[sec].iter_mut().zip(active) {
             agg.active = n;
         }
+        // Seconds no record can reach any more keep only their p95.
+        let settled = sec.saturating_sub(SecondLatency::SETTLE_S);
+        for s in self.seconds[self.settled.min(settled)..settled].iter_mut().flatten() {
+            s.latency_ms.settle();
+        }
+        self.settled = self.settled.max(settled);
         if let Some((_, next)) = &self.stream {
             let due = due_seconds(*next, sec);
             self.send_seconds(due.end);

@@ -19,6 +19,7 @@ pub mod roles;
 pub mod router;
 pub mod saturation;
 pub mod schedule;
+pub mod second_latency;
 pub mod settings;
 pub mod status;
 pub mod stream;

@@ -92,24 +92,45 @@ pub struct PhaseBooks {
     pub timeouts: u64,
 }
 
+/// The most points the trend's slopes are taken between (179,700 pairs):
+/// a longer window is cut into bins of equal whole seconds, each standing
+/// at its middle with its median p95, so the check's work and memory stay
+/// bounded however long the run (issue 19: a 2,400 s window took 2.9
+/// million slopes, 23 MB).
+pub const TREND_POINTS: usize = 600;
+
 /// The relative p95 rise across a window of per-second p95 values: the
 /// Theil-Sen slope times the window, over the median. `None` with fewer
-/// than 3 values or a zero median.
+/// than 3 values or a zero median. Over [`TREND_POINTS`] seconds, the
+/// slopes are those of the bins' medians.
 pub fn trend(p95_ms: &[f64]) -> Option<(f64, f64)> {
     let n = p95_ms.len();
     if n < 3 {
         return None;
     }
-    let mut slopes = Vec::with_capacity(n * (n - 1) / 2);
-    for i in 0..n {
-        for j in i + 1..n {
-            slopes.push((p95_ms[j] - p95_ms[i]) / (j - i) as f64);
+    let points = bins(p95_ms);
+    let mut slopes = Vec::with_capacity(points.len() * (points.len() - 1) / 2);
+    for (i, &(xi, yi)) in points.iter().enumerate() {
+        for &(xj, yj) in &points[i + 1..] {
+            slopes.push((yj - yi) / (xj - xi));
         }
     }
     let rise = median(&mut slopes) * (n - 1) as f64;
     let mut values = p95_ms.to_vec();
     let med = median(&mut values);
     (med > 0.0).then_some((rise, rise / med))
+}
+
+/// `(second, p95)` points of the window: every second up to
+/// [`TREND_POINTS`] of them, else bins of consecutive seconds at their
+/// middle with their median.
+fn bins(p95_ms: &[f64]) -> Vec<(f64, f64)> {
+    let width = p95_ms.len().div_ceil(TREND_POINTS);
+    let point = |(b, bin): (usize, &[f64])| {
+        let middle = (b * width) as f64 + (bin.len() - 1) as f64 / 2.0;
+        (middle, if bin.len() == 1 { bin[0] } else { median(&mut bin.to_vec()) })
+    };
+    p95_ms.chunks(width).enumerate().map(point).collect()
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -201,6 +222,19 @@ mod tests {
         let (rise, rel) = trend(&ramp).unwrap();
         assert!((rise - 290.0).abs() < 1e-9 && (rel - 290.0 / 245.0).abs() < 1e-9, "{rise} {rel}");
         assert_eq!(trend(&[1.0, 2.0]), None);
+    }
+
+    #[test]
+    fn a_long_window_is_binned_and_still_sees_a_ramp_and_ignores_outliers() {
+        // 2,400 s: bins of 4 s, 600 points.
+        let ramp: Vec<f64> = (0..2400).map(|i| 100.0 + 0.5 * i as f64).collect();
+        let (rise, _) = trend(&ramp).unwrap();
+        assert!((rise - 0.5 * 2399.0).abs() < 1e-6, "{rise}");
+        let spiky: Vec<f64> = (0..2400).map(|i| if i % 97 == 0 { 5000.0 } else { 40.0 }).collect();
+        assert_eq!(trend(&spiky).map(|t| t.0), Some(0.0));
+        // At the limit nothing is binned: the same slopes as one point a second.
+        assert_eq!(bins(&ramp[..TREND_POINTS]).len(), TREND_POINTS);
+        assert_eq!(bins(&ramp[..TREND_POINTS + 1]).len(), TREND_POINTS.div_ceil(2) + 1);
     }
 
     /// (P p95, F p95, books, session_s, expected ok per check).
