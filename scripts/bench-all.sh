@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Every issue-7 benchmark in turn, each printing its own table: the router
-# micro-benchmarks (criterion medians), the simulator and its memory
-# (scripts/bench-sim.sh), plbbench bench against pgbench
-# (scripts/bench-vs-pgbench.sh) and the memory of real runs
-# (scripts/bench-mem-real.sh). The last two start real PostgreSQL servers
-# and wait while /tmp/plbbench-quiet.lock exists. About 10 minutes here.
+# Every benchmark of issues 7 and 19 in turn, each printing its own table:
+# the router micro-benchmarks (criterion medians), the simulator and its
+# memory (scripts/bench-sim.sh), plbbench bench against pgbench
+# (scripts/bench-vs-pgbench.sh), the generator's CPU and system calls per
+# query (scripts/profile-generator.sh, when perf and strace are installed)
+# and the memory of 1,000 held sessions (scripts/bench-mem-real.sh). The
+# last three start real PostgreSQL servers and wait while
+# /tmp/plbbench-quiet.lock exists. About 15 minutes here.
 # Usage: scripts/bench-all.sh [N repeats for the simulator (5)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +31,14 @@ echo
 echo "## plbbench bench against pgbench"
 wait_quiet
 bash scripts/bench-vs-pgbench.sh
+echo
+echo "## The generator's cost per query against pgbench's"
+if command -v perf >/dev/null && command -v strace >/dev/null; then
+    wait_quiet
+    bash scripts/profile-generator.sh 8 16
+else
+    echo "(skipped: perf and strace are not installed)"
+fi
 echo
 echo "## Memory of real runs"
 wait_quiet

@@ -10,8 +10,10 @@
 #      same timeline stretched), with the wall time per simulated second,
 #      the work simulated (queries sent plus sessions started, from
 #      summary.json) per simulated second and the wall time per unit of it,
-#      each with its max/min ratio over the four lengths (target: wall per
-#      simulated second flat within 15%), and the peak RSS.
+#      each with its max/min ratio over the four lengths, the marginal wall
+#      time per simulated second between consecutive lengths (the slope of
+#      wall time against run length, without the fixed cost of a process
+#      and its report; target: flat within 15%), and the peak RSS.
 # Prints markdown tables. Usage: scripts/bench-sim.sh [N (5)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -74,11 +76,13 @@ length() {
         rows+=("$((300 * x)) $(printf '%s\n' "${walls[@]}" | median) $(work "$out/run/summary.json") $rss")
     done
     printf '%s\n' "${rows[@]}" | awk -v t="$t" '{
-            secs[NR] = $1; ms[NR] = 1000 * $2 / $1; rate[NR] = $3 / $1; us[NR] = 1e6 * $2 / $3
-            printf "| %d | %d | %.3f | %.3f | %.0f | %.2f | %.1f |\n", t, $1, $2, ms[NR], rate[NR], us[NR], $4 / 1024 }
-        function ratio(a,   i, lo, hi) { lo = hi = a[1]; for (i = 2; i <= NR; i++) { if (a[i] < lo) lo = a[i]; if (a[i] > hi) hi = a[i] }; return hi / lo }
-        END { printf "| %d | max/min | | %.2f | %.2f | %.2f | |\n", t, ratio(ms), ratio(rate), ratio(us) }'
+            ms[NR] = 1000 * $2 / $1; rate[NR] = $3 / $1; us[NR] = 1e6 * $2 / $3
+            m = "-"; if (NR > 1) { marg[NR - 1] = 1000 * ($2 - w) / ($1 - s); m = sprintf("%.3f", marg[NR - 1]) }
+            s = $1; w = $2
+            printf "| %d | %d | %.3f | %.3f | %s | %.0f | %.2f | %.1f |\n", t, $1, $2, ms[NR], m, rate[NR], us[NR], $4 / 1024 }
+        function ratio(a, k,   i, lo, hi) { lo = hi = a[1]; for (i = 2; i <= k; i++) { if (a[i] < lo) lo = a[i]; if (a[i] > hi) hi = a[i] }; return hi / lo }
+        END { printf "| %d | max/min | | %.2f | %.2f | %.2f | %.2f | |\n", t, ratio(ms, NR), ratio(marg, NR - 1), ratio(rate, NR), ratio(us, NR) }'
 }
-echo "| clients T (cascade) | simulated s | median wall s | wall ms per simulated s | queries + sessions per simulated s | wall us per query or session | peak RSS MiB (last run) |"
-echo "| --- | --- | --- | --- | --- | --- | --- |"
+echo "| clients T (cascade) | simulated s | median wall s | wall ms per simulated s | marginal wall ms per simulated s (from the previous length) | queries + sessions per simulated s | wall us per query or session | peak RSS MiB (last run) |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 for t in 1000 10000; do length "$t"; done
