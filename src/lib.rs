@@ -7,7 +7,8 @@
 //! checks this): the pure [`core`] with `error`, `stats` and the leaf
 //! helpers `fsutil` and `progress`; the backends that execute sessions
 //! (`backend`: the simulator and the real driver) and provision clusters
-//! ([`cluster`]); the `report` writers;
+//! ([`cluster`]), and the [`proxy`] (issue 20, its pure parts so far);
+//! the `report` writers;
 //! the [`commands`]; and the command line ([`cli`]) with this dispatch.
 
 pub(crate) mod backend;
@@ -18,6 +19,7 @@ pub mod core;
 pub mod error;
 pub(crate) mod fsutil;
 pub(crate) mod progress;
+pub mod proxy;
 pub(crate) mod report;
 pub(crate) mod stats;
 

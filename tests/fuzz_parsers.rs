@@ -1,7 +1,10 @@
 //! Fuzzes the workload and fault-schedule parsers with proptest: random
 //! mutations of the real files (lines dropped, duplicated or swapped, values
 //! replaced by random tokens, random characters inserted) and random text.
-//! Every input must give `Ok` or a one-line error: never a panic. Runs a
+//! Every input must give `Ok` or a one-line error: never a panic. The
+//! proxy's startup-packet parser gets random bytes and valid packets with
+//! bytes flipped, cut or appended: it never panics, never claims more bytes
+//! than it was given, and refuses only with a server's error. Runs a
 //! fixed number of cases, `FUZZ_CASES` (default 4096, so CI is quick and
 //! every run does the same work; docs/testing.md says how to run a million);
 //! a failing case is shrunk and persisted in
@@ -10,6 +13,7 @@
 
 use plbbench::core::faults::{self, Timeline};
 use plbbench::core::workload::Workload;
+use plbbench::proxy::startup::{self, Startup};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
 use std::time::Instant;
@@ -117,4 +121,71 @@ fn parsers_never_panic_and_errors_are_one_line() {
         })
         .unwrap();
     eprintln!("fuzzed {} inputs per parser kind in {:.1} s", u64::from(cases) * 2, t.elapsed().as_secs_f64());
+}
+
+/// A valid startup message with `params`.
+fn startup_packet(params: &[(String, String)]) -> Vec<u8> {
+    let mut body = (3u32 << 16).to_be_bytes().to_vec();
+    for (k, v) in params {
+        body.extend(k.bytes().chain([0]).chain(v.bytes()).chain([0]));
+    }
+    body.push(0);
+    let mut p = ((body.len() + 4) as u32).to_be_bytes().to_vec();
+    p.extend(body);
+    p
+}
+
+/// One packet's bytes: random, or a valid one with edits.
+fn packet_bytes() -> impl Strategy<Value = Vec<u8>> {
+    let name = "[a-z_]{0,12}";
+    let params = prop::collection::vec((name, "\\PC{0,16}"), 0..6);
+    let flips = prop::collection::vec((any::<usize>(), any::<u8>()), 0..4);
+    prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..64),
+        (params, flips, any::<usize>(), prop::collection::vec(any::<u8>(), 0..16)).prop_map(
+            |(params, flips, cut, tail)| {
+                let user = [("user".to_string(), "app".to_string())];
+                let mut p = startup_packet(&user.into_iter().chain(params).collect::<Vec<_>>());
+                for (i, b) in flips {
+                    let n = p.len();
+                    p[i % n] = b;
+                }
+                p.truncate(cut % (p.len() + 1) + p.len() / 2);
+                p.extend(tail);
+                p
+            }
+        ),
+    ]
+}
+
+#[test]
+fn the_startup_parser_never_panics_nor_overreads() {
+    let cases: u32 = std::env::var("FUZZ_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(4096);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        source_file: Some(file!()),
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        ..Config::default()
+    });
+    runner
+        .run(&packet_bytes(), |bytes| {
+            match startup::parse(&bytes) {
+                Ok(Some((packet, used))) => {
+                    prop_assert!((8..=bytes.len()).contains(&used), "used {used} of {}", bytes.len());
+                    if let Startup::Start { .. } = &packet {
+                        prop_assert!(packet.param("user").is_some_and(|u| !u.is_empty()));
+                    }
+                }
+                Ok(None) => prop_assert!(
+                    bytes.len() < 4 || u32::from_be_bytes(bytes[..4].try_into().unwrap()) as usize > bytes.len()
+                ),
+                Err(e) => {
+                    prop_assert!(["08P01", "0A000", "28000", "22021"].contains(&e.code()));
+                    let reply = startup::fatal(e.code(), &e.to_string());
+                    prop_assert_eq!(reply.len(), 1 + u32::from_be_bytes(reply[1..5].try_into().unwrap()) as usize);
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
 }

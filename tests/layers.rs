@@ -27,6 +27,7 @@ const RANKS: &[(&str, u8)] = &[
     ("progress", 0),
     ("backend", 2),
     ("cluster", 2),
+    ("proxy", 2),
     ("report", 3),
     ("commands", 4),
     ("cli", 5),

@@ -1,0 +1,97 @@
+//! Which class a proxied session belongs to (issue 20): a rule on one
+//! startup parameter, as operators already tag sessions (`application_name`
+//! set by the application, a user per tier, or a database per tier). A
+//! value that starts with the rule's prefix is Premium; any other, or a
+//! missing parameter, gets the default class.
+
+use super::startup::Startup;
+use crate::core::model::Class;
+use serde::Deserialize;
+
+/// The startup parameter a rule reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Param {
+    /// `application_name` (libpq's `application_name=`, pgbench's `PGAPPNAME`).
+    ApplicationName,
+    /// `user`.
+    User,
+    /// `database` (the user's name when the client sends none).
+    Database,
+}
+
+impl Param {
+    fn name(self) -> &'static str {
+        match self {
+            Param::ApplicationName => "application_name",
+            Param::User => "user",
+            Param::Database => "database",
+        }
+    }
+}
+
+/// `[class]` of a proxy config: `param`, `premium_prefix`, `default`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassRule {
+    /// The parameter read.
+    pub param: Param,
+    /// A value starting with this (case-sensitive, not empty) is Premium.
+    pub premium_prefix: String,
+    /// The class of every other session.
+    #[serde(default = "freemium")]
+    pub default: Class,
+}
+
+fn freemium() -> Class {
+    Class::F
+}
+
+impl ClassRule {
+    /// The class of the session that sent `startup`.
+    pub fn classify(&self, startup: &Startup) -> Class {
+        let value = match self.param {
+            Param::Database => startup.param("database").or_else(|| startup.param("user")),
+            p => startup.param(p.name()),
+        };
+        match value {
+            Some(v) if !self.premium_prefix.is_empty() && v.starts_with(&self.premium_prefix) => Class::P,
+            _ => self.default,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn start(params: &[(&str, &str)]) -> Startup {
+        Startup::Start { minor: 0, params: params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() }
+    }
+
+    fn rule(text: &str) -> Result<ClassRule, String> {
+        crate::core::workload::from_toml(text)
+    }
+
+    #[test]
+    fn the_prefix_decides_and_everything_else_gets_the_default() {
+        let r = rule("param = \"application_name\"\npremium_prefix = \"premium\"").unwrap();
+        assert_eq!(r.default, Class::F);
+        assert_eq!(r.classify(&start(&[("user", "u"), ("application_name", "premium-web")])), Class::P);
+        assert_eq!(r.classify(&start(&[("user", "u"), ("application_name", "free-web")])), Class::F);
+        assert_eq!(r.classify(&start(&[("user", "premium")])), Class::F, "another parameter does not count");
+        let by_db = rule("param = \"database\"\npremium_prefix = \"gold\"\ndefault = \"F\"").unwrap();
+        assert_eq!(by_db.classify(&start(&[("user", "gold_app")])), Class::P, "no database: the user's name");
+        assert_eq!(by_db.classify(&start(&[("user", "gold_app"), ("database", "shared")])), Class::F);
+        let empty = rule("param = \"user\"\npremium_prefix = \"\"\ndefault = \"P\"").unwrap();
+        assert_eq!(empty.classify(&start(&[("user", "x")])), Class::P, "an empty prefix matches nothing");
+    }
+
+    #[test]
+    fn a_bad_rule_is_refused_naming_the_field() {
+        let e = rule("param = \"host\"\npremium_prefix = \"p\"").unwrap_err();
+        assert!(e.contains("param") && e.contains("host"), "{e}");
+        let e = rule("param = \"user\"\npremium_prefix = \"p\"\nprefix = \"q\"").unwrap_err();
+        assert!(e.contains("prefix"), "{e}");
+    }
+}
