@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Makes sure the PostgreSQL server binaries (initdb, postgres) and pgbench are
+# Makes sure the PostgreSQL server binaries (initdb, postgres), pgbench and psql are
 # installed, for plbbench's `local` cluster backend. Idempotent: does nothing
 # when everything is already there. Run as root on a Debian-like system; it
 # uses Debian's own packages through apt-get and the sources apt already has.
@@ -96,6 +96,15 @@ else
     done
     pgb=$(find_pgbench) || die "pgbench not found after installing postgresql-client/postgresql-contrib"
     log "pgbench now at $pgb"
+fi
+
+# psql: the proxy's tests log in with it (tests/proxy_real.rs).
+if command -v psql >/dev/null 2>&1; then
+    log "psql found at $(command -v psql)"
+else
+    apt_install postgresql-client
+    did+=("installed postgresql-client")
+    command -v psql >/dev/null 2>&1 || die "psql not found after installing postgresql-client"
 fi
 
 version=$("$bindir/postgres" --version) || die "$bindir/postgres does not run"

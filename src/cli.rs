@@ -10,6 +10,7 @@ use crate::commands::calibrate::CalibrateArgs;
 use crate::commands::cluster::{ClusterArgs, ImageArgs};
 use crate::commands::compare::CompareArgs;
 use crate::commands::experiment::ExperimentArgs;
+use crate::commands::proxy::ProxyArgs;
 use crate::commands::roles::RolesArgs;
 use crate::commands::run::args::RunArgs;
 use crate::commands::shell::{CompletionsArgs, ManArgs};
@@ -46,6 +47,8 @@ pub enum Command {
     Archive(ArchiveArgs),
     /// Raw generator speed against given servers: closed-loop maximum qps (or open loop at a Poisson rate) and latency percentiles.
     Bench(BenchArgs),
+    /// Route PostgreSQL clients (psql, pgbench, applications) through PLB or another strategy: a session-level proxy in front of the cluster.
+    Proxy(ProxyArgs),
     /// Build the docker backend's PostgreSQL image from Debian packages (no registry needed).
     Image(ImageArgs),
     /// Print a shell completion script on stdout.

@@ -7,7 +7,7 @@
 //! checks this): the pure [`core`] with `error`, `stats` and the leaf
 //! helpers `fsutil` and `progress`; the backends that execute sessions
 //! (`backend`: the simulator and the real driver) and provision clusters
-//! ([`cluster`]), and the [`proxy`] (issue 20, its pure parts so far);
+//! ([`cluster`]), and the [`proxy`] (`plbbench proxy`);
 //! the `report` writers;
 //! the [`commands`]; and the command line ([`cli`]) with this dispatch.
 
@@ -40,6 +40,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Compare(args) => compare::compare(args),
         Command::Archive(args) => archive::archive(args),
         Command::Bench(args) => bench::bench(args),
+        Command::Proxy(args) => crate::commands::proxy::proxy(args),
         Command::Image(args) => cluster_cmd::image(args),
         Command::Completions(args) => shell::completions(args, <Cli as clap::CommandFactory>::command()),
         Command::Man(args) => shell::man(args, <Cli as clap::CommandFactory>::command()),

@@ -4,7 +4,9 @@
 //! Every input must give `Ok` or a one-line error: never a panic. The
 //! proxy's startup-packet parser gets random bytes and valid packets with
 //! bytes flipped, cut or appended: it never panics, never claims more bytes
-//! than it was given, and refuses only with a server's error. Runs a
+//! than it was given, and refuses only with a server's error; its SCRAM
+//! exchange gets random and mutated client messages: never a panic, never
+//! a login without the password's proof. Runs a
 //! fixed number of cases, `FUZZ_CASES` (default 4096, so CI is quick and
 //! every run does the same work; docs/testing.md says how to run a million);
 //! a failing case is shrunk and persisted in
@@ -13,6 +15,7 @@
 
 use plbbench::core::faults::{self, Timeline};
 use plbbench::core::workload::Workload;
+use plbbench::proxy::scram::{self, Exchange, ScramError, Secret};
 use plbbench::proxy::startup::{self, Startup};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
@@ -184,6 +187,53 @@ fn the_startup_parser_never_panics_nor_overreads() {
                     let reply = startup::fatal(e.code(), &e.to_string());
                     prop_assert_eq!(reply.len(), 1 + u32::from_be_bytes(reply[1..5].try_into().unwrap()) as usize);
                 }
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// A client's SCRAM messages: random bytes, or real ones with bytes
+/// flipped, cut or appended.
+fn scram_messages() -> impl Strategy<Value = (Vec<u8>, Vec<u8>)> {
+    let first = b"n,,n=,r=fyko+d2lbbFgONRv9qkxdawL".to_vec();
+    let last = b"c=biws,r=fyko+d2lbbFgONRv9qkxdawLSERVER,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=".to_vec();
+    let mutated = move |m: Vec<u8>| {
+        (any::<u16>(), any::<u8>(), 0usize..3).prop_map(move |(at, b, how)| {
+            let mut m = m.clone();
+            let at = at as usize % (m.len() + 1);
+            match how {
+                0 if at < m.len() => m[at] = b,
+                1 => m.truncate(at),
+                _ => m.insert(at, b),
+            }
+            m
+        })
+    };
+    prop_oneof![
+        (proptest::collection::vec(any::<u8>(), 0..64), proptest::collection::vec(any::<u8>(), 0..128)),
+        (mutated(first.clone()), Just(last.clone())),
+        (Just(first), mutated(last)),
+    ]
+}
+
+#[test]
+fn the_scram_exchange_never_panics_nor_lets_a_guess_in() {
+    let cases: u32 = std::env::var("FUZZ_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(4096);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        source_file: Some(file!()),
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        ..Config::default()
+    });
+    let secret = Secret::from_password("pencil", b"0123456789abcdef", 64);
+    runner
+        .run(&scram_messages(), |(first, last)| {
+            let _ = scram::initial_response(&first);
+            if let Ok((ex, server_first)) = Exchange::start(Some(&secret), &first, "SERVER") {
+                prop_assert!(server_first.starts_with("r="));
+                let verdict = ex.finish(&last);
+                prop_assert!(matches!(verdict, Err(ScramError::Failed | ScramError::Malformed(_))), "{verdict:?}");
             }
             Ok(())
         })

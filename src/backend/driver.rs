@@ -724,7 +724,7 @@ async fn inject(ctx: Arc<Ctx>, cluster: Arc<Mutex<Cluster>>, faults: Vec<FaultEv
 
 /// Deadline of one health probe: longer than the interval, because a busy,
 /// CPU-throttled replica may take a while to accept a connection.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Health probes, one task per replica, each over a persistent connection
 /// (as a pooler checks its server connections), so a busy replica is asked
@@ -763,7 +763,7 @@ async fn probe_replica(ctx: Arc<Ctx>, r: ReplicaId, interval: Duration) {
 }
 
 /// `SELECT 1` on the probe connection, (re)connecting when there is none.
-async fn check(cfg: &Config, client: &mut Option<tokio_postgres::Client>) -> Result<(), tokio_postgres::Error> {
+pub async fn check(cfg: &Config, client: &mut Option<tokio_postgres::Client>) -> Result<(), tokio_postgres::Error> {
     if client.as_ref().is_none_or(|c| c.is_closed()) {
         let (c, conn) = cfg.connect(NoTls).await?;
         tokio::spawn(conn);

@@ -40,6 +40,13 @@ fn latency_histogram() -> Histogram {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SessionLabel {
+    class: String,
+    replica: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReplicaLabel {
     replica: String,
 }
@@ -67,6 +74,8 @@ pub struct LiveMetrics {
     healthy: Family<ReplicaLabel, Gauge>,
     queries: Family<QueryLabel, Counter>,
     latency: Family<ClassLabel, Histogram, fn() -> Histogram>,
+    sessions: Family<SessionLabel, Counter>,
+    connect: Family<ClassLabel, Histogram, fn() -> Histogram>,
     seen: (u64, [u64; 2]),
 }
 
@@ -89,6 +98,8 @@ impl LiveMetrics {
             healthy: Family::default(),
             queries: Family::default(),
             latency: Family::new_with_constructor(latency_histogram),
+            sessions: Family::default(),
+            connect: Family::new_with_constructor(latency_histogram),
             seen: (0, [0; 2]),
             registry: Registry::default(),
         };
@@ -116,6 +127,16 @@ impl LiveMetrics {
             "Latency of completed queries from their intended start, per class",
             m.latency.clone(),
         );
+        registry.register(
+            "plbbench_proxy_sessions",
+            "plbbench proxy: sessions per class, replica and outcome (routed, failed: the replica refused, rejected: no replica or admission)",
+            m.sessions.clone(),
+        );
+        registry.register(
+            "plbbench_proxy_connect_seconds",
+            "plbbench proxy: time from a client's login to its session ready on a replica (admission wait and server login)",
+            m.connect.clone(),
+        );
         for class in Class::ALL {
             let label = ClassLabel { class: class.long().into() };
             let _ = m.rejections.get_or_create(&label);
@@ -134,6 +155,17 @@ impl LiveMetrics {
         self.queries.get_or_create(&QueryLabel { class: class.long().into(), outcome: outcome.into() }).inc();
         if ok {
             self.latency.get_or_create(&ClassLabel { class: class.long().into() }).observe(latency_s);
+        }
+    }
+
+    /// `plbbench proxy`: a session's outcome on its replica (`None`: it got
+    /// none) and, when routed, the time it took to be ready.
+    pub fn proxy_session(&mut self, class: Class, replica: Option<ReplicaId>, outcome: &str, took_s: f64) {
+        let replica = replica.map(|r| r.to_string()).unwrap_or_default();
+        let l = SessionLabel { class: class.long().into(), replica, outcome: outcome.into() };
+        self.sessions.get_or_create(&l).inc();
+        if outcome == "routed" {
+            self.connect.get_or_create(&ClassLabel { class: class.long().into() }).observe(took_s);
         }
     }
 

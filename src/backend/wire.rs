@@ -107,6 +107,34 @@ impl Conn {
         conn.until_ready().await.map(|_| conn)
     }
 
+    /// Logs into the server `cfg` names over TCP as its user, on `database`,
+    /// passing `params` (a proxied client's other startup parameters) on;
+    /// returns the socket and the bytes already read after
+    /// AuthenticationOk (the server's ParameterStatus, BackendKeyData and
+    /// ReadyForQuery follow), for `plbbench proxy` to relay.
+    pub async fn login(
+        cfg: &Config,
+        database: &str,
+        params: &[(String, String)],
+    ) -> Result<(TcpStream, BytesMut), WireError> {
+        let port = cfg.get_ports().first().copied().unwrap_or(5432);
+        let Some(Host::Tcp(host)) = cfg.get_hosts().first() else {
+            return Err(WireError::Unsupported("the proxy reaches replicas over TCP only".into()));
+        };
+        let s = TcpStream::connect((host.as_str(), port)).await?;
+        s.set_nodelay(true)?;
+        let mut conn = Conn { socket: Socket::Tcp(s), rbuf: BytesMut::with_capacity(8192), wbuf: BytesMut::new() };
+        let user =
+            cfg.get_user().ok_or_else(|| WireError::Unsupported("the connection string names no user".into()))?;
+        let mut all = vec![("user", user), ("database", database)];
+        all.extend(params.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        frontend::startup_message(all, &mut conn.wbuf)?;
+        conn.flush().await?;
+        conn.authenticate(user, cfg.get_password()).await?;
+        let Socket::Tcp(s) = conn.socket else { unreachable!("opened over TCP above") };
+        Ok((s, conn.rbuf))
+    }
+
     /// Answers the server's authentication request until AuthenticationOk.
     async fn authenticate(&mut self, user: &str, password: Option<&[u8]>) -> Result<(), WireError> {
         let need = || WireError::Unsupported("the server asks for a password and none is given".into());

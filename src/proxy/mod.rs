@@ -1,11 +1,371 @@
-//! `plbbench proxy` (issue 20, in progress): a session-level PostgreSQL
-//! router that puts PLB in front of clients plbbench did not write (psql,
-//! pgbench, applications). A session's class comes from its startup
-//! packet; the replica is chosen once, when the client connects, by the
-//! same run controller as `run`; after authentication bytes flow both ways
-//! unparsed. What exists so far is the pure part: reading a client's first
-//! packet as a server does ([`startup`]) and the class rule
-//! ([`class_rule`]).
+//! `plbbench proxy` (issue 20): a session-level PostgreSQL router that puts
+//! PLB in front of clients plbbench did not write (psql, pgbench,
+//! applications). A session's class comes from its startup packet
+//! ([`class_rule`]); the proxy authenticates the client itself
+//! ([`login`], [`scram`]); the replica is chosen once, when the client
+//! connects, by the same run controller as `run` (`core::control`: router,
+//! watch, admission gate, probation), fed by the same health probes; after
+//! that bytes flow both ways unparsed ([`relay`]). Events go to stderr as
+//! a run's go to events.csv; the run's Prometheus metrics are served with
+//! the proxy's own beside them. SIGINT or SIGTERM stops accepting, lets
+//! sessions finish for the configured drain time, then closes the rest
+//! with an error.
 
 pub mod class_rule;
+pub mod config;
+mod login;
+mod relay;
+pub mod scram;
 pub mod startup;
+
+use crate::backend::live_metrics::{self, LiveMetrics};
+use crate::core::control::{Admission, ControlEvent, Controller};
+use crate::core::health::Evidence;
+use crate::core::model::{Class, ReplicaId};
+use bytes::BytesMut;
+use class_rule::ClassRule;
+use login::{Entry, Fatal};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{oneshot, watch};
+use tokio_postgres::Config;
+
+/// What the proxy needs, resolved by the command.
+pub struct ProxyInput {
+    /// The listening socket, bound before the cluster started.
+    pub listener: std::net::TcpListener,
+    /// The run controller, fresh.
+    pub control: Controller,
+    /// How each replica is reached, r1..rK, with the cluster's credentials.
+    pub replicas: Vec<Config>,
+    /// The class rule.
+    pub rule: ClassRule,
+    /// Users and their secrets; `None`: trust.
+    pub users: Option<HashMap<String, scram::Secret>>,
+    /// Limits from the config file.
+    pub login_timeout: Duration,
+    /// The proxy's own connection to a replica.
+    pub server_connect_timeout: Duration,
+    /// How long sessions may finish after a signal.
+    pub drain: Duration,
+    /// Health probe interval (`None`: oracle detection, no probes).
+    pub probe_interval: Option<Duration>,
+    /// `--metrics-addr`, bound.
+    pub metrics: Option<std::net::TcpListener>,
+}
+
+/// How the proxy ended.
+#[derive(Debug)]
+pub struct ProxyOutcome {
+    /// Sessions served (logged in and routed).
+    pub sessions: u64,
+    /// Sessions closed by the drain deadline.
+    pub cut: usize,
+}
+
+/// The controller and the sessions waiting for its admission.
+struct Control {
+    c: Controller,
+    waiters: HashMap<u32, oneshot::Sender<Option<ReplicaId>>>,
+}
+
+/// State every connection task shares.
+pub(crate) struct Shared {
+    start: Instant,
+    control: Mutex<Control>,
+    replicas: Vec<Config>,
+    rule: ClassRule,
+    users: Option<HashMap<String, scram::Secret>>,
+    server_connect_timeout: Duration,
+    /// Cancel keys of live sessions: which replica issued them.
+    keys: Mutex<HashMap<(u32, u32), ReplicaId>>,
+    /// Set when open sessions are to be closed.
+    terminate: watch::Receiver<bool>,
+    live: Option<Arc<Mutex<LiveMetrics>>>,
+    /// Connections open now (logging in or in a session).
+    open: AtomicUsize,
+    routed: AtomicU32,
+}
+
+impl Shared {
+    fn now(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+
+    /// Runs `f` on the controller under its lock and prints its events.
+    fn control<T>(&self, f: impl FnOnce(&mut Controller, f64) -> T) -> T {
+        let mut ctl = self.control.lock().expect("control lock");
+        let out = f(&mut ctl.c, self.now());
+        log_events(ctl.c.drain_events());
+        out
+    }
+
+    /// The replica for a new session of `class`, as `run` admits one: at
+    /// once, after a wait in the gate's queue, or refused with 53300.
+    async fn admit(&self, id: u32, class: Class) -> Result<ReplicaId, Fatal> {
+        let asked = {
+            let mut ctl = self.control.lock().expect("control lock");
+            let a = ctl.c.request(id, class, self.now());
+            log_events(ctl.c.drain_events());
+            match a {
+                Admission::Route(r) => return Ok(r),
+                Admission::NoRoute => return Err(full(class, "no replica can take it now")),
+                Admission::Rejected(why) => return Err(full(class, &format!("refused by admission ({why})"))),
+                Admission::Queued { .. } => {
+                    let (tx, rx) = oneshot::channel();
+                    ctl.waiters.insert(id, tx);
+                    rx
+                }
+            }
+        };
+        match asked.await {
+            Ok(Some(r)) => Ok(r),
+            _ => Err(full(class, "refused by admission (deadline)")),
+        }
+    }
+
+    /// A session on `r` ended; hands freed capacity to waiting sessions.
+    fn ended(&self, r: ReplicaId, class: Class) {
+        let mut ctl = self.control.lock().expect("control lock");
+        let now = self.now();
+        let admitted = ctl.c.session_ended(r, class, now);
+        deliver(&mut ctl, admitted, now);
+        log_events(ctl.c.drain_events());
+    }
+
+    /// Counts a session's outcome in the metrics.
+    fn count(&self, class: Class, r: Option<ReplicaId>, outcome: &str, took: Duration) {
+        if outcome == "routed" {
+            self.routed.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(live) = &self.live {
+            live.lock().expect("metrics lock").proxy_session(class, r, outcome, took.as_secs_f64());
+        }
+    }
+
+    /// Passes a cancel request to the replica that issued the key (PostgreSQL
+    /// answers none; an unknown key is ignored, as a server does).
+    async fn cancel(&self, pid: u32, key: u32) {
+        let Some(r) = self.keys.lock().expect("keys lock").get(&(pid, key)).copied() else { return };
+        let cfg = &self.replicas[r.idx()];
+        let (Some(tokio_postgres::config::Host::Tcp(h)), Some(port)) =
+            (cfg.get_hosts().first(), cfg.get_ports().first())
+        else {
+            return;
+        };
+        let mut packet = 16u32.to_be_bytes().to_vec();
+        for w in [(1234 << 16) | 5678, pid, key] {
+            packet.extend(u32::to_be_bytes(w));
+        }
+        let send = async {
+            let mut s = TcpStream::connect((h.as_str(), *port)).await?;
+            s.write_all(&packet).await
+        };
+        let _ = tokio::time::timeout(self.server_connect_timeout, send).await;
+    }
+}
+
+/// 53300, PostgreSQL's "too many connections", for a session no replica
+/// may take.
+fn full(class: Class, why: &str) -> Fatal {
+    Fatal { code: "53300", message: format!("plbbench proxy: {} session {why}", class.long()) }
+}
+
+/// Hands admitted sessions to their waiting clients; one no longer
+/// waiting gives its place back.
+fn deliver(ctl: &mut Control, admitted: Vec<crate::core::control::Admitted>, now: f64) {
+    let mut todo = std::collections::VecDeque::from(admitted);
+    while let Some(a) = todo.pop_front() {
+        let delivered = ctl.waiters.remove(&a.client).is_some_and(|tx| tx.send(Some(a.replica)).is_ok());
+        if !delivered {
+            todo.extend(ctl.c.session_ended(a.replica, a.class, now));
+        }
+    }
+}
+
+/// Prints the controller's events as events.csv's rows would read.
+fn log_events(events: Vec<ControlEvent>) {
+    for e in events {
+        if let ControlEvent::Log { t_s, kind, replica, detail } = e {
+            let r = replica.map(|r| r.to_string()).unwrap_or_default();
+            eprintln!("plbbench proxy: event t={t_s:.3} {kind} {r} {detail}");
+        }
+    }
+}
+
+/// Serves clients until SIGINT or SIGTERM, then drains.
+pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
+    let listener = TcpListener::from_std(input.listener)?;
+    let (term_tx, terminate) = watch::channel(false);
+    let live = input.metrics.as_ref().map(|_| Arc::new(Mutex::new(LiveMetrics::new())));
+    let shared = Arc::new(Shared {
+        start: Instant::now(),
+        control: Mutex::new(Control { c: input.control, waiters: HashMap::new() }),
+        replicas: input.replicas,
+        rule: input.rule,
+        users: input.users,
+        server_connect_timeout: input.server_connect_timeout,
+        keys: Mutex::new(HashMap::new()),
+        terminate,
+        live: live.clone(),
+        open: AtomicUsize::new(0),
+        routed: AtomicU32::new(0),
+    });
+    if let Some(live) = &live {
+        let ctl = shared.control.lock().expect("control lock");
+        live.lock().expect("metrics lock").refresh(ctl.c.router(), ctl.c.gate());
+    }
+    let mut background = Vec::new();
+    if let (Some(l), Some(live)) = (input.metrics, live) {
+        background.push(tokio::spawn(live_metrics::serve(l, live)));
+    }
+    if let Some(interval) = input.probe_interval {
+        for r in 0..shared.replicas.len() {
+            background.push(tokio::spawn(probe(shared.clone(), ReplicaId(r), interval)));
+        }
+    }
+    background.push(tokio::spawn(tick(shared.clone())));
+    let mut signals = Signals::new()?;
+    let next = AtomicU32::new(0);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((sock, _)) = accepted else { continue };
+                let id = next.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(connection(shared.clone(), id, sock, input.login_timeout));
+            }
+            _ = signals.recv() => break,
+        }
+    }
+    drop(listener);
+    let open = shared.open.load(Ordering::SeqCst);
+    eprintln!("plbbench proxy: stopping: no new connections; {open} open, waiting up to {:?} for them", input.drain);
+    let deadline = tokio::time::Instant::now() + input.drain;
+    loop {
+        if shared.open.load(Ordering::SeqCst) == 0 {
+            break;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => break,
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {},
+            _ = signals.recv() => break,
+        }
+    }
+    let cut = shared.open.load(Ordering::SeqCst);
+    let _ = term_tx.send(true);
+    let gone = tokio::time::Instant::now() + Duration::from_secs(2);
+    while shared.open.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < gone {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    background.iter().for_each(|t| t.abort());
+    Ok(ProxyOutcome { sessions: u64::from(shared.routed.load(Ordering::Relaxed)), cut })
+}
+
+/// Resolves once the proxy closes its sessions.
+async fn stopping(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await.map(|_| ());
+}
+
+/// One client connection: log in within the deadline, then its session.
+async fn connection(shared: Arc<Shared>, id: u32, mut sock: TcpStream, login_timeout: Duration) {
+    shared.open.fetch_add(1, Ordering::SeqCst);
+    let _ = sock.set_nodelay(true);
+    let mut buf = BytesMut::with_capacity(1024);
+    let mut stop = shared.terminate.clone();
+    let entry = tokio::select! {
+        e = tokio::time::timeout(login_timeout, login::login(&shared, &mut sock, &mut buf)) => {
+            e.unwrap_or_else(|_| Err(Fatal { code: "08P01", message: "canceling authentication due to timeout".into() }))
+        }
+        _ = stopping(&mut stop) => Err(Fatal { code: "57P01", message: "terminating connection due to administrator command".into() }),
+    };
+    match entry {
+        Ok(Entry::Session(params)) if buf.is_empty() => {
+            let class = shared.rule.classify(&startup::Startup::Start { minor: 0, params: params.clone() });
+            relay::session(&shared, id, sock, params, class).await;
+        }
+        Ok(Entry::Session(_)) => {
+            let f = Fatal { code: "08P01", message: "unexpected message before authentication finished".into() };
+            login::send_fatal(&mut sock, &f).await;
+        }
+        Ok(Entry::Done) => {}
+        Err(f) => login::send_fatal(&mut sock, &f).await,
+    }
+    shared.open.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Every 20 ms: waiting sessions the gate now admits start, those past
+/// their deadline are refused; every second the metrics are refreshed.
+async fn tick(shared: Arc<Shared>) {
+    let mut every = tokio::time::interval(Duration::from_millis(20));
+    let mut n = 0u64;
+    loop {
+        every.tick().await;
+        {
+            let mut ctl = shared.control.lock().expect("control lock");
+            let now = shared.now();
+            let admitted = ctl.c.admit_waiting(now);
+            deliver(&mut ctl, admitted, now);
+            for w in ctl.c.expire_waiting(now) {
+                if let Some(tx) = ctl.waiters.remove(&w.client) {
+                    let _ = tx.send(None);
+                }
+            }
+            ctl.c.tick(now);
+            log_events(ctl.c.drain_events());
+            if let (Some(live), true) = (&shared.live, n % 50 == 0) {
+                live.lock().expect("metrics lock").refresh(ctl.c.router(), ctl.c.gate());
+            }
+        }
+        n += 1;
+    }
+}
+
+/// Health probes of replica `r`, as a run's (`backend::driver::check`).
+async fn probe(shared: Arc<Shared>, r: ReplicaId, interval: Duration) {
+    let mut client = None;
+    let mut every = tokio::time::interval(interval);
+    loop {
+        every.tick().await;
+        let began = shared.now();
+        let limit = crate::backend::driver::PROBE_TIMEOUT.max(interval);
+        let seen =
+            match tokio::time::timeout(limit, crate::backend::driver::check(&shared.replicas[r.idx()], &mut client))
+                .await
+            {
+                Ok(Ok(())) => Evidence::ProbeOk { ms: (shared.now() - began) * 1000.0 },
+                Ok(Err(_)) => {
+                    client = None;
+                    Evidence::Refused
+                }
+                Err(_) => Evidence::ProbeTimeout,
+            };
+        shared.control(|c, now| {
+            c.probed(r, seen, began, now);
+            c.tick(now);
+        });
+    }
+}
+
+/// SIGINT and SIGTERM.
+struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals { int: signal(SignalKind::interrupt())?, term: signal(SignalKind::terminate())? })
+    }
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.int.recv() => {},
+            _ = self.term.recv() => {},
+        }
+    }
+}

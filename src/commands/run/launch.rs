@@ -130,6 +130,20 @@ fn external_cluster(plan: &Plan, x: &ExternalSpec) -> Result<ExternalCluster, Er
     Ok(c)
 }
 
+/// The plan's real cluster: the external one it names, the one `cluster
+/// up` left running, or one started for this command alone (removed when
+/// dropped); with the max_connections it was started with, if it was.
+pub fn open_cluster(plan: &Plan) -> Result<(Cluster, Option<u32>), Error> {
+    Ok(match &plan.cluster {
+        ClusterSpec::External(x) => (Cluster::External(external_cluster(plan, x)?), None),
+        ClusterSpec::Sim => return Err(Error::Input("--cluster: sim has no servers; name a real cluster".into())),
+        spec => match reuse_running(plan, spec.kind())? {
+            Some(c) => (c, None),
+            None => (start(plan, spec.kind())?, Some(plan.max_connections)),
+        },
+    })
+}
+
 /// Runs the plan on a real cluster of the plan's backend (local, docker or
 /// external).
 pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, BackendOutcome), Error> {
@@ -141,13 +155,7 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
         ),
         None => None,
     };
-    let (cluster, max_connections) = match &plan.cluster {
-        ClusterSpec::External(x) => (Cluster::External(external_cluster(plan, x)?), None),
-        spec => match reuse_running(plan, spec.kind())? {
-            Some(c) => (c, None),
-            None => (start(plan, spec.kind())?, Some(plan.max_connections)),
-        },
-    };
+    let (cluster, max_connections) = open_cluster(plan)?;
     if interrupted.load(Ordering::SeqCst) {
         drop(cluster);
         return Err(Error::Run(anyhow::anyhow!(

@@ -1,0 +1,142 @@
+//! `plbbench proxy` (issue 20): PLB in front of any PostgreSQL client. The
+//! routing flags are `run`'s and become a plan the same way (strategy,
+//! detection, recovery, admission, theta from --T and --mix), so the proxy
+//! decides with the same run controller; the class rule, the users file
+//! and the limits come from a config file. It opens the cluster as `run`
+//! does (started for it alone and removed at the end, the one `cluster up`
+//! left, or an external one) and serves until SIGINT or SIGTERM.
+
+use super::run::args::{default_run_args, CommonArgs, ExternalArgs};
+use super::run::launch::open_cluster;
+use super::run::plan::{read_text, Plan};
+use super::signals::catch_signals;
+use crate::core::router::Strategy;
+use crate::core::settings::{Admission, ClusterKind};
+use crate::core::watch::Recovery;
+use crate::error::{input, Error};
+use crate::proxy::config::{parse_users, ProxyConfig};
+use crate::proxy::{serve, ProxyInput};
+use anyhow::Context;
+use clap::Args;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// `plbbench proxy`.
+#[derive(Debug, Args)]
+pub struct ProxyArgs {
+    /// Proxy config file (TOML): the class rule, the users file, the limits and optionally the replicas (see
+    /// docs/proxy.md).
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Address to accept PostgreSQL clients on [default: the config's `listen`, else 127.0.0.1:6432].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Routing strategy.
+    #[arg(long, value_enum, default_value = "plb")]
+    pub strategy: Strategy,
+    /// The Premium:Freemium mix expected (with --T it sizes theta, as in `run`).
+    #[arg(long, default_value = "25:75", value_name = "P:F", allow_hyphen_values = true)]
+    pub mix: String,
+    /// Admission layer in front of the strategy.
+    #[arg(long, value_enum, default_value = "none")]
+    pub admission: Admission,
+    /// What plb does with a replica that comes back (as `run --recovery`).
+    #[arg(long, value_enum, default_value = "none")]
+    pub recovery: Recovery,
+    /// Serve Prometheus metrics (the router's and the proxy's sessions) at this address.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+    /// Where an external cluster is (or `dsns` in the config file).
+    #[command(flatten)]
+    pub external: ExternalArgs,
+    /// `run`'s settings: --T is the number of clients expected at once.
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+/// PgBouncer's port.
+const DEFAULT_LISTEN: &str = "127.0.0.1:6432";
+
+/// Runs the proxy until a signal.
+pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
+    let text = read_text("--config", &args.config)?;
+    let cfg = ProxyConfig::parse(&text).map_err(|e| input("--config", format!("{}: {e}", args.config.display())))?;
+    let users = match &cfg.users_file {
+        None => None,
+        Some(p) => {
+            let path = args.config.parent().unwrap_or(std::path::Path::new(".")).join(p);
+            let text = read_text("users_file", &path)?;
+            Some(parse_users(&text).map_err(|e| input("users_file", format!("{}: {e}", path.display())))?)
+        }
+    };
+    let plan = plan(&args, &cfg)?;
+    let listen = args.listen.or(cfg.listen).unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("a valid address"));
+    let listener = std::net::TcpListener::bind(listen)
+        .and_then(|l| l.set_nonblocking(true).map(|_| l))
+        .map_err(|e| input("--listen", format!("cannot listen on {listen}: {e}")))?;
+    let metrics = match args.metrics_addr {
+        Some(a) => Some(
+            crate::backend::live_metrics::bind(a)
+                .map_err(|e| input("--metrics-addr", format!("cannot listen on {a}: {e}")))?,
+        ),
+        None => None,
+    };
+    let interrupted = catch_signals();
+    let (cluster, _) = open_cluster(&plan)?;
+    if interrupted.load(Ordering::SeqCst) {
+        drop(cluster);
+        return Err(Error::Run(anyhow::anyhow!("interrupted while the cluster was starting; it was removed")));
+    }
+    let replicas = (0..cluster.replicas()).map(|r| cluster.config(r)).collect();
+    let input = ProxyInput {
+        listener,
+        control: super::run::launch::control(&plan),
+        replicas,
+        rule: cfg.class.clone(),
+        users,
+        login_timeout: Duration::from_secs_f64(cfg.login_timeout_s),
+        server_connect_timeout: Duration::from_secs_f64(cfg.server_connect_timeout_s),
+        drain: Duration::from_secs_f64(cfg.drain_s),
+        probe_interval: plan.probe_interval,
+        metrics,
+    };
+    let auth = if input.users.is_some() { "scram-sha-256" } else { "trust" };
+    println!(
+        "plbbench proxy: listening on {listen} ({} over {} replicas, class by {:?} prefix {:?}, auth {auth})",
+        plan.variant(),
+        plan.replicas,
+        cfg.class.param,
+        cfg.class.premium_prefix
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
+    let out = runtime.block_on(serve(input)).context("serving clients")?;
+    drop(runtime);
+    drop(cluster);
+    eprintln!("plbbench proxy: stopped: {} sessions served, {} closed at the drain deadline", out.sessions, out.cut);
+    Ok(())
+}
+
+/// `run`'s plan for the proxy's flags: no faults, the config's replicas
+/// when it names them.
+fn plan(args: &ProxyArgs, cfg: &ProxyConfig) -> Result<Plan, Error> {
+    let mut run = default_run_args();
+    run.strategy = args.strategy;
+    run.mix = args.mix.clone();
+    run.admission = args.admission;
+    run.recovery = args.recovery;
+    run.faults = Some("none".into());
+    run.out = Some(PathBuf::from("."));
+    run.force = true;
+    run.external = args.external.clone();
+    run.common = args.common.clone();
+    if run.external.dsns.is_empty() && run.external.cluster_file.is_none() && !cfg.dsns.is_empty() {
+        run.external.dsns = cfg.dsns.clone();
+        run.common.cluster = ClusterKind::External;
+    }
+    if run.common.cluster == ClusterKind::Sim {
+        return Err(input("--cluster", "the proxy needs real servers: local, docker or external"));
+    }
+    Plan::new(run)
+}

@@ -1,0 +1,535 @@
+//! `plbbench proxy` end to end (issue 20) with clients plbbench did not
+//! write: Debian's psql and pgbench against a real five-replica local
+//! cluster (`plbbench cluster up` in a private state directory) through
+//! the proxy. One test, in stages, because the cluster and the proxy are
+//! shared and the stages fault the cluster in turn:
+//! - psql logs in with SCRAM-SHA-256 (a password in the users file, and a
+//!   secret PostgreSQL itself stored in pg_authid), a wrong password gets
+//!   28P01, and the session lands on a replica of its class's role;
+//! - bad input gets the error a server would send, and the proxy lives on;
+//! - pgbench -i and pgbench runs complete, Premium and Freemium in
+//!   parallel, each class only on its own role's replicas (pg_stat_activity
+//!   on the replicas, roles from the proxy's metrics);
+//! - a replica killed under pgbench gives its clients a clean FATAL and
+//!   new sessions go to survivors; after a cascade (both Premium replicas
+//!   down) the repaired roles still keep the classes apart;
+//! - SIGTERM drains: no new connections, a session past the drain time is
+//!   closed with 57P01, the proxy exits 0.
+//!
+//! Needs PostgreSQL with psql and pgbench (scripts/install-postgres.sh).
+
+mod common;
+use common::have_postgres;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_plbbench");
+const PASSWORD: &str = "wonderland";
+
+/// A free TCP port on 127.0.0.1.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Runs `cmd` to its end or kills it after `limit` (then fails).
+fn run_within(mut cmd: Command, limit: Duration) -> Output {
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let began = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if began.elapsed() > limit {
+            let _ = child.kill();
+            panic!("{cmd:?} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A cluster from `plbbench cluster up` in a private state directory,
+/// taken down on drop.
+struct Cluster {
+    root: PathBuf,
+    ports: Vec<u16>,
+    password: String,
+}
+
+impl Cluster {
+    fn up() -> Cluster {
+        let root =
+            std::env::temp_dir().join(format!("plbbench-proxy-{}-{:08x}", std::process::id(), rand::random::<u32>()));
+        std::fs::create_dir_all(&root).unwrap();
+        let mut c = Cluster { root, ports: Vec::new(), password: String::new() };
+        let out = run_within(c.plbbench(&["cluster", "up", "--replicas", "5"]), Duration::from_secs(180));
+        assert!(out.status.success(), "cluster up: {}", text(&out.stderr));
+        for line in text(&out.stdout).lines() {
+            let field = |k: &str| line.split_whitespace().find_map(|w| w.strip_prefix(k)).map(str::to_string);
+            if let (Some(p), Some(pw)) = (field("port="), field("password=")) {
+                c.ports.push(p.parse().unwrap());
+                c.password = pw;
+            }
+        }
+        assert_eq!(c.ports.len(), 5, "five DSNs printed: {}", text(&out.stdout));
+        c
+    }
+
+    fn plbbench(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args).env("PLBBENCH_STATE_DIR", self.root.join("local"));
+        cmd
+    }
+
+    fn fault(&self, fault: &str, replica: &str) {
+        let out = run_within(self.plbbench(&["cluster", "fault", fault, replica]), Duration::from_secs(60));
+        assert!(out.status.success(), "cluster fault {fault} {replica}: {}", text(&out.stderr));
+    }
+
+    /// psql straight to replica `r` (0-based) as the cluster's user.
+    fn psql(&self, r: usize, sql: &str) -> String {
+        let mut cmd = Command::new("psql");
+        cmd.args(["-XAtq", "-h", "127.0.0.1", "-p", &self.ports[r].to_string(), "-U", "plbbench", "-d", "plbbench"])
+            .args(["-c", sql])
+            .env("PGPASSWORD", &self.password)
+            .env("PGCONNECT_TIMEOUT", "5");
+        let out = run_within(cmd, Duration::from_secs(30));
+        assert!(out.status.success(), "psql on r{}: {sql}: {}", r + 1, text(&out.stderr));
+        text(&out.stdout).trim().to_string()
+    }
+
+    /// Per replica (r1..r5, None when down): its sessions whose
+    /// application_name starts with premium / free.
+    fn classes_seen(&self, up: &[bool]) -> Vec<Option<(u32, u32)>> {
+        (0..5)
+            .map(|r| {
+                up[r].then(|| {
+                    let count = |p: &str| {
+                        self.psql(
+                            r,
+                            &format!("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE '{p}%'"),
+                        )
+                        .parse()
+                        .unwrap()
+                    };
+                    (count("premium"), count("free"))
+                })
+            })
+            .collect()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = run_within(self.plbbench(&["cluster", "down"]), Duration::from_secs(60));
+        if std::thread::panicking() {
+            eprintln!("kept for inspection: {}", self.root.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
+}
+
+/// The proxy process, killed on drop if still running.
+struct Proxy {
+    child: Child,
+    /// Its stdout, kept open.
+    _out: BufReader<std::process::ChildStdout>,
+    port: u16,
+    metrics: u16,
+    stderr: PathBuf,
+}
+
+impl Proxy {
+    fn start(c: &Cluster, config: &Path) -> Proxy {
+        let (port, metrics) = (free_port(), free_port());
+        let stderr = c.root.join("proxy.stderr");
+        let mut cmd = c.plbbench(&["proxy", "--config", config.to_str().unwrap()]);
+        cmd.args(["--listen", &format!("127.0.0.1:{port}"), "--metrics-addr", &format!("127.0.0.1:{metrics}")])
+            .args(["--T", "40", "--theta", "50", "--probe-interval-ms", "500"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap());
+        let mut child = cmd.spawn().unwrap();
+        let mut first = String::new();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        out.read_line(&mut first).unwrap();
+        assert!(first.contains(&format!("listening on 127.0.0.1:{port}")), "proxy said {first:?}");
+        Proxy { child, _out: out, port, metrics, stderr }
+    }
+
+    fn dsn(&self, user: &str) -> String {
+        format!("host=127.0.0.1 port={} user={user} dbname=plbbench connect_timeout=10", self.port)
+    }
+
+    /// psql through the proxy; (success, stdout, stderr).
+    fn psql(&self, user: &str, password: &str, app: &str, sql: &str) -> (bool, String, String) {
+        let mut cmd = Command::new("psql");
+        cmd.args(["-XAtq", &self.dsn(user), "-c", sql]).env("PGPASSWORD", password).env("PGAPPNAME", app);
+        let out = run_within(cmd, Duration::from_secs(60));
+        (out.status.success(), text(&out.stdout).trim().to_string(), text(&out.stderr))
+    }
+
+    fn pgbench(&self, app: &str, args: &[&str]) -> Command {
+        let mut cmd = Command::new("pgbench");
+        cmd.args(args).arg(self.dsn("alice")).env("PGPASSWORD", PASSWORD).env("PGAPPNAME", app);
+        cmd
+    }
+
+    /// The metrics endpoint: metric line (name with labels) -> value.
+    fn scrape(&self) -> BTreeMap<String, f64> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.metrics)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).unwrap();
+        body.lines()
+            .filter(|l| l.starts_with("plbbench_"))
+            .filter_map(|l| l.rsplit_once(' ').and_then(|(k, v)| Some((k.to_string(), v.parse().ok()?))))
+            .collect()
+    }
+
+    /// Each replica's role (P, M, F) per the proxy's metrics.
+    fn roles(&self) -> Vec<char> {
+        let m = self.scrape();
+        (1..=5)
+            .map(|r| {
+                ['P', 'M', 'F']
+                    .into_iter()
+                    .find(|role| {
+                        m.get(&format!("plbbench_router_role{{replica=\"r{r}\",role=\"{role}\"}}")) == Some(&1.0)
+                    })
+                    .unwrap_or('-')
+            })
+            .collect()
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends `bytes` on a fresh connection to the proxy and reads everything
+/// it answers until it closes (failing after 15 s).
+fn exchange(port: u16, bytes: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).expect("the proxy closes the connection after its answer");
+    out
+}
+
+/// The SQLSTATE of the ErrorResponse in `reply` (walked message by
+/// message), checked to be FATAL and to be the last message.
+fn sqlstate(reply: &[u8]) -> String {
+    let mut rest = reply;
+    while rest.len() >= 5 {
+        let len = u32::from_be_bytes(rest[1..5].try_into().unwrap()) as usize;
+        let (msg, next) = rest.split_at(1 + len);
+        if msg[0] == b'E' {
+            assert!(next.is_empty(), "messages after the error: {reply:?}");
+            let field = |tag: u8| {
+                msg[5..].split(|&b| b == 0).find(|f| f.first() == Some(&tag)).map(|f| text(&f[1..])).unwrap_or_default()
+            };
+            assert_eq!(field(b'S'), "FATAL", "{reply:?}");
+            return field(b'C');
+        }
+        rest = next;
+    }
+    panic!("no ErrorResponse in {reply:?}")
+}
+
+fn packet(code: u32, body: &[u8]) -> Vec<u8> {
+    let mut p = ((8 + body.len()) as u32).to_be_bytes().to_vec();
+    p.extend(code.to_be_bytes());
+    p.extend(body);
+    p
+}
+
+/// psql and raw sockets: authentication, routing by class, bad input.
+fn logins_and_bad_input(c: &Cluster, p: &Proxy) {
+    let roles = p.roles();
+    assert_eq!(roles.iter().filter(|&&r| r == 'P').count(), 2, "the paper's 2,1,2 at start: {roles:?}");
+    for (user, password, app, role) in [("alice", PASSWORD, "premium-psql", 'P'), ("bob", "builder", "free-psql", 'F')]
+    {
+        let (ok, port, err) = p.psql(user, password, app, "SELECT inet_server_port()");
+        assert!(ok, "{user} logs in: {err}");
+        let r = c.ports.iter().position(|&x| x.to_string() == port).expect("a replica's port");
+        assert_eq!(roles[r], role, "{app} ran on r{} whose role is {}", r + 1, roles[r]);
+    }
+    let (ok, _, err) = p.psql("alice", "wrong", "premium-psql", "SELECT 1");
+    assert!(!ok && err.contains("FATAL:  password authentication failed for user \"alice\""), "{err}");
+    let (ok, _, err) = p.psql("nobody", PASSWORD, "x", "SELECT 1");
+    assert!(!ok && err.contains("password authentication failed for user \"nobody\""), "{err}");
+    assert!(!p.stderr().contains(PASSWORD), "a secret in the proxy's log");
+
+    let startup = |body: &[u8]| packet(3 << 16, body);
+    assert_eq!(sqlstate(&exchange(p.port, &4u32.to_be_bytes())), "08P01", "length below 8");
+    assert_eq!(sqlstate(&exchange(p.port, &20_000u32.to_be_bytes())), "08P01", "oversized startup packet");
+    assert_eq!(sqlstate(&exchange(p.port, &packet(2 << 16, b"user\0u\0\0"))), "0A000", "protocol 2.0");
+    assert_eq!(sqlstate(&exchange(p.port, &startup(b"user\0u"))), "08P01", "no terminator");
+    assert_eq!(sqlstate(&exchange(p.port, &startup(b"database\0d\0\0"))), "28000", "no user");
+    let mut ssl = TcpStream::connect(("127.0.0.1", p.port)).unwrap();
+    ssl.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    ssl.write_all(&packet((1234 << 16) | 5679, b"")).unwrap();
+    let mut answer = [0u8; 1];
+    ssl.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"N", "an SSL request is answered N (no TLS)");
+    ssl.write_all(&startup(b"user\0alice\0\0")).unwrap();
+    ssl.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"R", "after N the client goes on in plain text");
+    drop(ssl);
+    let cancel = exchange(p.port, &packet((1234 << 16) | 5678, &[0, 0, 0, 1, 0, 0, 0, 2]));
+    assert!(cancel.is_empty(), "a cancel request gets no answer: {cancel:?}");
+    let mut big = startup(b"user\0alice\0\0");
+    big.extend([b'p', 0x00, 0x10, 0x00, 0x00]);
+    let reply = exchange(p.port, &big);
+    assert_eq!(reply[0], b'R', "asked for SASL first");
+    assert_eq!(sqlstate(&reply), "08P01", "an oversized authentication message");
+    let mut bad_sasl = startup(b"user\0alice\0\0");
+    let mut body = b"SCRAM-SHA-256\0".to_vec();
+    body.extend(5i32.to_be_bytes());
+    body.extend(b"junk!");
+    bad_sasl.push(b'p');
+    bad_sasl.extend(((4 + body.len()) as u32).to_be_bytes());
+    bad_sasl.extend(body);
+    assert_eq!(sqlstate(&exchange(p.port, &bad_sasl)), "08P01", "a malformed SCRAM message");
+    let silent = Instant::now();
+    let reply = exchange(p.port, b"");
+    assert_eq!(sqlstate(&reply), "08P01", "a client that says nothing");
+    assert!(silent.elapsed() >= Duration::from_secs(2), "closed at the login deadline (3 s), not before");
+    let (ok, _, err) = p.psql("alice", PASSWORD, "premium-psql", "SELECT 1");
+    assert!(ok, "the proxy still serves after all that: {err}");
+}
+
+/// pgbench -i through the proxy, then Premium and Freemium pgbench runs in
+/// parallel, each class only on its role's replicas.
+fn pgbench_by_class(c: &Cluster, p: &Proxy) {
+    let init = run_within(p.pgbench("premium-init", &["-i", "-q", "-s", "1"]), Duration::from_secs(120));
+    assert!(init.status.success(), "pgbench -i through the proxy: {}", text(&init.stderr));
+    let mut prem = p
+        .pgbench("premium-bench", &["-S", "-c", "4", "-j", "2", "-T", "6"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut free = p
+        .pgbench("free-bench", &["-S", "-c", "8", "-j", "2", "-T", "6"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut all_seen = false;
+    for _ in 0..6 {
+        let roles = p.roles();
+        let seen = c.classes_seen(&[true; 5]);
+        all_seen |= check_apart(&roles, &seen) == (4, 8);
+        if all_seen {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    assert!(all_seen, "never saw all 4 + 8 sessions at once; proxy log: {}", p.stderr());
+    for (name, child) in [("premium", &mut prem), ("free", &mut free)] {
+        let status = child.wait().unwrap();
+        let mut out = String::new();
+        child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        assert!(status.success() && out.contains("number of failed transactions: 0"), "{name} pgbench: {out}");
+    }
+}
+
+/// Every Premium session is on a P replica and every Freemium one on an F
+/// replica; returns how many of each there are.
+fn check_apart(roles: &[char], seen: &[Option<(u32, u32)>]) -> (u32, u32) {
+    let mut totals = (0, 0);
+    for (r, s) in seen.iter().enumerate() {
+        let Some((p, f)) = *s else { continue };
+        assert!(p == 0 || roles[r] == 'P', "Premium sessions on r{} ({}): {seen:?} roles {roles:?}", r + 1, roles[r]);
+        assert!(f == 0 || roles[r] == 'F', "Freemium sessions on r{} ({}): {seen:?} roles {roles:?}", r + 1, roles[r]);
+        totals = (totals.0 + p, totals.1 + f);
+    }
+    totals
+}
+
+/// A replica killed under pgbench: its clients get a clean FATAL, new
+/// sessions go to the survivors.
+fn kill_under_pgbench(c: &Cluster, p: &Proxy) {
+    let roles = p.roles();
+    let victim = roles.iter().position(|&r| r == 'F').expect("an F replica");
+    let name = format!("r{}", victim + 1);
+    let bench = p
+        .pgbench("free-kill", &["-S", "-c", "6", "-j", "2", "-T", "6"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    c.fault("down", &name);
+    let began = Instant::now();
+    let out = bench.wait_with_output().unwrap();
+    assert!(began.elapsed() < Duration::from_secs(10), "pgbench's clients were not left hanging");
+    let err = text(&out.stderr);
+    let want = format!("FATAL:  the connection to replica {name} was lost");
+    assert!(err.contains(&want) && err.contains("aborted"), "pgbench's clients on {name} get a clean error: {err}");
+    std::thread::sleep(Duration::from_secs(1));
+    for i in 0..6 {
+        let (ok, port, e) = p.psql("alice", PASSWORD, "free-after", "SELECT inet_server_port()");
+        assert!(ok, "new session {i} after the kill: {e}");
+        assert_ne!(port, c.ports[victim].to_string(), "a new session went to the dead {name}");
+    }
+    let healthy = p.scrape()[&format!("plbbench_router_replica_healthy{{replica=\"{name}\"}}")];
+    assert_eq!(healthy, 0.0, "the router took {name} out");
+    c.fault("rejoin", &name);
+}
+
+/// Both Premium replicas down in turn under Freemium load; then Premium
+/// and Freemium runs in parallel keep apart on the repaired roles.
+fn cascade(c: &Cluster, p: &Proxy) {
+    std::thread::sleep(Duration::from_secs(2));
+    let roles = p.roles();
+    let pr: Vec<usize> = (0..5).filter(|&r| roles[r] == 'P').collect();
+    assert_eq!(pr.len(), 2, "two P replicas before the cascade: {roles:?}");
+    let free = p
+        .pgbench("free-cascade", &["-S", "-C", "-c", "4", "-j", "2", "-T", "14"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    c.fault("down", &format!("r{}", pr[0] + 1));
+    std::thread::sleep(Duration::from_secs(2));
+    c.fault("down", &format!("r{}", pr[1] + 1));
+    std::thread::sleep(Duration::from_secs(2));
+    let mut prem = p.pgbench("premium-cascade", &["-S", "-c", "3", "-j", "1", "-T", "5"]);
+    let prem = prem.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let roles = p.roles();
+    let up: Vec<bool> = (0..5).map(|r| !pr.contains(&r)).collect();
+    let kept: Vec<char> = (0..5).filter(|&r| up[r]).map(|r| roles[r]).collect();
+    assert_eq!(kept.iter().filter(|&&x| x == 'P').count(), 2, "3 survivors: 2 P, 0 M, 1 F: {roles:?}");
+    assert!(kept.contains(&'F'), "3 survivors: 2 P, 0 M, 1 F: {roles:?}");
+    let seen = c.classes_seen(&up);
+    let (premium, _) = seen.iter().flatten().fold((0, 0), |a, s| (a.0 + s.0, a.1 + s.1));
+    assert_eq!(premium, 3, "Premium's 3 sessions on the survivors: {seen:?}");
+    for (r, s) in seen.iter().enumerate() {
+        if let Some((pn, f)) = s {
+            assert!(
+                *pn == 0 || roles[r] == 'P',
+                "Premium on r{} ({}) after the cascade: {seen:?} {roles:?}",
+                r + 1,
+                roles[r]
+            );
+            assert!(*f == 0 || roles[r] != 'P', "Freemium on the P replica r{}: {seen:?} {roles:?}", r + 1);
+        }
+    }
+    let out = prem.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && text(&out.stdout).contains("number of failed transactions: 0"),
+        "Premium after the cascade: {}",
+        text(&out.stderr)
+    );
+    let _ = free.wait_with_output().unwrap();
+    for r in pr {
+        c.fault("rejoin", &format!("r{}", r + 1));
+    }
+}
+
+/// SIGTERM: no new connections, a long session is cut at the drain time
+/// with 57P01, and the proxy exits 0.
+fn drain(p: &mut Proxy) {
+    let mut long = Command::new("psql");
+    long.args(["-XAtq", &p.dsn("alice"), "-c", "SELECT pg_sleep(30)"])
+        .env("PGPASSWORD", PASSWORD)
+        .env("PGAPPNAME", "premium-long");
+    let long = long.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let pid = nix::unistd::Pid::from_raw(p.child.id() as i32);
+    let sent = Instant::now();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(TcpStream::connect(("127.0.0.1", p.port)).is_err(), "still accepting while draining");
+    let out = long.wait_with_output().unwrap();
+    let cut = sent.elapsed();
+    assert!(text(&out.stderr).contains("terminating connection due to administrator command"), "{}", text(&out.stderr));
+    assert!(
+        cut >= Duration::from_millis(2500) && cut < Duration::from_secs(8),
+        "cut at the 3 s drain time, not at {cut:?}"
+    );
+    let limit = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = p.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < limit, "the proxy did not exit after the drain");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "exit status {status:?}: {}", p.stderr());
+    assert!(p.stderr().contains("1 closed at the drain deadline"), "{}", p.stderr());
+}
+
+#[test]
+fn real_clients_through_the_proxy() {
+    if !have_postgres() {
+        return;
+    }
+    for tool in ["psql", "pgbench"] {
+        let found = Command::new(tool).arg("--version").output().is_ok_and(|o| o.status.success());
+        assert!(found, "{tool} not found: run scripts/install-postgres.sh as root");
+    }
+    let c = Cluster::up();
+    for r in 0..5 {
+        let mut init = Command::new("pgbench");
+        init.args([
+            "-i",
+            "-q",
+            "-s",
+            "1",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &c.ports[r].to_string(),
+            "-U",
+            "plbbench",
+            "plbbench",
+        ])
+        .env("PGPASSWORD", &c.password);
+        let out = run_within(init, Duration::from_secs(120));
+        assert!(out.status.success(), "pgbench -i on r{}: {}", r + 1, text(&out.stderr));
+    }
+    let secret = c.psql(
+        0,
+        "SET password_encryption = 'scram-sha-256'; CREATE ROLE bob LOGIN PASSWORD 'builder'; \
+         SELECT rolpassword FROM pg_authid WHERE rolname = 'bob'",
+    );
+    assert!(secret.starts_with("SCRAM-SHA-256$4096:"), "{secret}");
+    std::fs::write(c.root.join("users.txt"), format!("; test users\n\"alice\" \"{PASSWORD}\"\n\"bob\" \"{secret}\"\n"))
+        .unwrap();
+    let config = c.root.join("proxy.toml");
+    std::fs::write(
+        &config,
+        "users_file = \"users.txt\"\nlogin_timeout_s = 3\ndrain_s = 3\n\n[class]\nparam = \"application_name\"\npremium_prefix = \"premium\"\n",
+    )
+    .unwrap();
+    let mut p = Proxy::start(&c, &config);
+    logins_and_bad_input(&c, &p);
+    pgbench_by_class(&c, &p);
+    kill_under_pgbench(&c, &p);
+    cascade(&c, &p);
+    drain(&mut p);
+    let log = p.stderr();
+    assert!(log.contains("detect") && log.contains("down"), "the controller's events are logged: {log}");
+}
