@@ -8,16 +8,7 @@ if command -v pgbouncer >/dev/null 2>&1 || [[ -x /usr/sbin/pgbouncer ]]; then
     echo "install-pgbouncer: pgbouncer found"
     exit 0
 fi
-[[ $(id -u) -eq 0 ]] || { echo "install-pgbouncer: must run as root to install pgbouncer" >&2; exit 1; }
-echo "install-pgbouncer: installing Debian's pgbouncer package (its service not started)"
-policy=/usr/sbin/policy-rc.d
-made_policy=0
-if [[ ! -e $policy ]]; then
-    printf '#!/bin/sh\nexit 101\n' >"$policy"
-    chmod +x "$policy"
-    made_policy=1
-fi
-trap 'if [[ $made_policy == 1 ]]; then rm -f "$policy"; fi' EXIT
-apt-get update -q
-DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends pgbouncer
+# shellcheck source=lib/apt-no-service.sh
+source "$(dirname "$0")/lib/apt-no-service.sh"
+apt_install_no_service install-pgbouncer pgbouncer
 echo "install-pgbouncer: $(/usr/sbin/pgbouncer --version | head -1)"

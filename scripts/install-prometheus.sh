@@ -9,15 +9,6 @@ if command -v prometheus >/dev/null 2>&1; then
     echo "install-prometheus: prometheus found at $(command -v prometheus)"
     exit 0
 fi
-[[ $(id -u) -eq 0 ]] || { echo "install-prometheus: must run as root to install prometheus" >&2; exit 1; }
-echo "install-prometheus: installing Debian's prometheus package (its service not started)"
-policy=/usr/sbin/policy-rc.d
-made_policy=0
-if [[ ! -e $policy ]]; then
-    printf '#!/bin/sh\nexit 101\n' >"$policy"
-    chmod +x "$policy"
-    made_policy=1
-fi
-trap 'if [[ $made_policy == 1 ]]; then rm -f "$policy"; fi' EXIT
-apt-get update -q
-DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus
+# shellcheck source=lib/apt-no-service.sh
+source "$(dirname "$0")/lib/apt-no-service.sh"
+apt_install_no_service install-prometheus prometheus

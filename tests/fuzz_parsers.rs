@@ -104,16 +104,11 @@ fn check_one_line(r: Result<(), String>) -> Result<(), TestCaseError> {
 
 #[test]
 fn parsers_never_panic_and_errors_are_one_line() {
-    let cases: u32 = std::env::var("FUZZ_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(4096);
     let fault_base = faults::preset("cascade").unwrap();
     let input = (edits(), edits(), "\\PC{0,200}");
     let t = Instant::now();
-    let mut runner = TestRunner::new(Config {
-        cases,
-        source_file: Some(file!()),
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
-        ..Config::default()
-    });
+    let mut runner = fixed_runner();
+    let cases = runner.config().cases;
     runner
         .run(&input, |(we, fe, random)| {
             check_one_line(Workload::parse(&mutate(WORKLOAD, &we)).map(|_| ()).map_err(|e| e.to_string()))?;
@@ -161,15 +156,21 @@ fn packet_bytes() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
-#[test]
-fn the_startup_parser_never_panics_nor_overreads() {
+/// A runner of `FUZZ_CASES` cases (4096 by default) that replays and
+/// saves failing cases in the regressions file.
+fn fixed_runner() -> TestRunner {
     let cases: u32 = std::env::var("FUZZ_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(4096);
-    let mut runner = TestRunner::new(Config {
+    TestRunner::new(Config {
         cases,
         source_file: Some(file!()),
         failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
         ..Config::default()
-    });
+    })
+}
+
+#[test]
+fn the_startup_parser_never_panics_nor_overreads() {
+    let mut runner = fixed_runner();
     runner
         .run(&packet_bytes(), |bytes| {
             match startup::parse(&bytes) {
@@ -219,13 +220,7 @@ fn scram_messages() -> impl Strategy<Value = (Vec<u8>, Vec<u8>)> {
 
 #[test]
 fn the_scram_exchange_never_panics_nor_lets_a_guess_in() {
-    let cases: u32 = std::env::var("FUZZ_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(4096);
-    let mut runner = TestRunner::new(Config {
-        cases,
-        source_file: Some(file!()),
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
-        ..Config::default()
-    });
+    let mut runner = fixed_runner();
     let secret = Secret::from_password("pencil", b"0123456789abcdef", 64);
     runner
         .run(&scram_messages(), |(first, last)| {

@@ -724,7 +724,7 @@ async fn inject(ctx: Arc<Ctx>, cluster: Arc<Mutex<Cluster>>, faults: Vec<FaultEv
 
 /// Deadline of one health probe: longer than the interval, because a busy,
 /// CPU-throttled replica may take a while to accept a connection.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Health probes, one task per replica, each over a persistent connection
 /// (as a pooler checks its server connections), so a busy replica is asked
@@ -746,14 +746,7 @@ async fn probe_replica(ctx: Arc<Ctx>, r: ReplicaId, interval: Duration) {
             return;
         }
         let began = ctx.now();
-        let seen = match timeout(PROBE_TIMEOUT.max(interval), check(&ctx.configs[r.idx()], &mut client)).await {
-            Ok(Ok(())) => Evidence::ProbeOk { ms: (ctx.now() - began) * 1000.0 },
-            Ok(Err(_)) => {
-                client = None;
-                Evidence::Refused
-            }
-            Err(_) => Evidence::ProbeTimeout,
-        };
+        let seen = probe_once(&ctx.configs[r.idx()], &mut client, interval).await;
         ctx.control(|ctl, now| {
             ctl.c.probed(r, seen, began, now);
             ctl.c.tick(now);
@@ -762,8 +755,24 @@ async fn probe_replica(ctx: Arc<Ctx>, r: ReplicaId, interval: Duration) {
     }
 }
 
+/// One health probe of the server `cfg` names over `client` (dropped on a
+/// failure, so the next probe reconnects): an answer with its time, a
+/// refusal, or a timeout after [`PROBE_TIMEOUT`] (or `interval` if longer).
+/// `plbbench proxy` probes with it too.
+pub async fn probe_once(cfg: &Config, client: &mut Option<tokio_postgres::Client>, interval: Duration) -> Evidence {
+    let began = std::time::Instant::now();
+    match timeout(PROBE_TIMEOUT.max(interval), check(cfg, client)).await {
+        Ok(Ok(())) => Evidence::ProbeOk { ms: began.elapsed().as_secs_f64() * 1000.0 },
+        Ok(Err(_)) => {
+            *client = None;
+            Evidence::Refused
+        }
+        Err(_) => Evidence::ProbeTimeout,
+    }
+}
+
 /// `SELECT 1` on the probe connection, (re)connecting when there is none.
-pub async fn check(cfg: &Config, client: &mut Option<tokio_postgres::Client>) -> Result<(), tokio_postgres::Error> {
+async fn check(cfg: &Config, client: &mut Option<tokio_postgres::Client>) -> Result<(), tokio_postgres::Error> {
     if client.as_ref().is_none_or(|c| c.is_closed()) {
         let (c, conn) = cfg.connect(NoTls).await?;
         tokio::spawn(conn);

@@ -20,7 +20,6 @@ pub mod startup;
 
 use crate::backend::live_metrics::{self, LiveMetrics};
 use crate::core::control::{Admission, ControlEvent, Controller};
-use crate::core::health::Evidence;
 use crate::core::model::{Class, ReplicaId};
 use bytes::BytesMut;
 use class_rule::ClassRule;
@@ -324,25 +323,14 @@ async fn tick(shared: Arc<Shared>) {
     }
 }
 
-/// Health probes of replica `r`, as a run's (`backend::driver::check`).
+/// Health probes of replica `r`, as a run's (`backend::driver::probe_once`).
 async fn probe(shared: Arc<Shared>, r: ReplicaId, interval: Duration) {
     let mut client = None;
     let mut every = tokio::time::interval(interval);
     loop {
         every.tick().await;
         let began = shared.now();
-        let limit = crate::backend::driver::PROBE_TIMEOUT.max(interval);
-        let seen =
-            match tokio::time::timeout(limit, crate::backend::driver::check(&shared.replicas[r.idx()], &mut client))
-                .await
-            {
-                Ok(Ok(())) => Evidence::ProbeOk { ms: (shared.now() - began) * 1000.0 },
-                Ok(Err(_)) => {
-                    client = None;
-                    Evidence::Refused
-                }
-                Err(_) => Evidence::ProbeTimeout,
-            };
+        let seen = crate::backend::driver::probe_once(&shared.replicas[r.idx()], &mut client, interval).await;
         shared.control(|c, now| {
             c.probed(r, seen, began, now);
             c.tick(now);
