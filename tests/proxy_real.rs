@@ -321,19 +321,20 @@ fn pgbench_by_class(c: &Cluster, p: &Proxy) {
     let init = run_within(p.pgbench("premium-init", &["-i", "-q", "-s", "1"]), Duration::from_secs(120));
     assert!(init.status.success(), "pgbench -i through the proxy: {}", text(&init.stderr));
     let mut prem = p
-        .pgbench("premium-bench", &["-S", "-c", "4", "-j", "2", "-T", "6"])
+        .pgbench("premium-bench", &["-n", "-S", "-c", "4", "-j", "2", "-T", "6"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut free = p
-        .pgbench("free-bench", &["-S", "-c", "8", "-j", "2", "-T", "6"])
+        .pgbench("free-bench", &["-n", "-S", "-c", "8", "-j", "2", "-T", "6"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     let mut all_seen = false;
+    let mut last = String::new();
     for _ in 0..6 {
         let roles = p.roles();
         let seen = c.classes_seen(&[true; 5]);
@@ -341,9 +342,16 @@ fn pgbench_by_class(c: &Cluster, p: &Proxy) {
         if all_seen {
             break;
         }
+        let active: Vec<String> = p
+            .scrape()
+            .into_iter()
+            .filter(|(k, v)| k.contains("active_sessions") && *v > 0.0)
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        last = format!("seen {seen:?} roles {roles:?} router {active:?}");
         std::thread::sleep(Duration::from_millis(400));
     }
-    assert!(all_seen, "never saw all 4 + 8 sessions at once; proxy log: {}", p.stderr());
+    assert!(all_seen, "never saw all 4 + 8 sessions at once: {last}; proxy log: {}", p.stderr());
     for (name, child) in [("premium", &mut prem), ("free", &mut free)] {
         let status = child.wait().unwrap();
         let mut out = String::new();
@@ -372,7 +380,7 @@ fn kill_under_pgbench(c: &Cluster, p: &Proxy) {
     let victim = roles.iter().position(|&r| r == 'F').expect("an F replica");
     let name = format!("r{}", victim + 1);
     let bench = p
-        .pgbench("free-kill", &["-S", "-c", "6", "-j", "2", "-T", "6"])
+        .pgbench("free-kill", &["-n", "-S", "-c", "6", "-j", "2", "-T", "6"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -404,7 +412,7 @@ fn cascade(c: &Cluster, p: &Proxy) {
     let pr: Vec<usize> = (0..5).filter(|&r| roles[r] == 'P').collect();
     assert_eq!(pr.len(), 2, "two P replicas before the cascade: {roles:?}");
     let free = p
-        .pgbench("free-cascade", &["-S", "-C", "-c", "4", "-j", "2", "-T", "14"])
+        .pgbench("free-cascade", &["-n", "-S", "-C", "-c", "4", "-j", "2", "-T", "14"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -414,7 +422,7 @@ fn cascade(c: &Cluster, p: &Proxy) {
     std::thread::sleep(Duration::from_secs(2));
     c.fault("down", &format!("r{}", pr[1] + 1));
     std::thread::sleep(Duration::from_secs(2));
-    let mut prem = p.pgbench("premium-cascade", &["-S", "-c", "3", "-j", "1", "-T", "5"]);
+    let mut prem = p.pgbench("premium-cascade", &["-n", "-S", "-c", "3", "-j", "1", "-T", "5"]);
     let prem = prem.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     std::thread::sleep(Duration::from_secs(3));
     let roles = p.roles();
