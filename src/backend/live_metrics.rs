@@ -63,6 +63,28 @@ struct ReplicaRoleLabel {
     role: String,
 }
 
+/// How a proxied session's start ended (`plbbench_proxy_sessions`' label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionOutcome {
+    /// On a replica, ready.
+    Routed,
+    /// The replica refused the proxy's login.
+    Failed,
+    /// No replica could take it, or admission refused it.
+    Rejected,
+}
+
+impl SessionOutcome {
+    /// The label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            SessionOutcome::Routed => "routed",
+            SessionOutcome::Failed => "failed",
+            SessionOutcome::Rejected => "rejected",
+        }
+    }
+}
+
 /// Every live metric and the registry that encodes them.
 pub struct LiveMetrics {
     registry: Registry,
@@ -160,11 +182,11 @@ impl LiveMetrics {
 
     /// `plbbench proxy`: a session's outcome on its replica (`None`: it got
     /// none) and, when routed, the time it took to be ready.
-    pub fn proxy_session(&mut self, class: Class, replica: Option<ReplicaId>, outcome: &str, took_s: f64) {
+    pub fn proxy_session(&mut self, class: Class, replica: Option<ReplicaId>, outcome: SessionOutcome, took_s: f64) {
         let replica = replica.map(|r| r.to_string()).unwrap_or_default();
-        let l = SessionLabel { class: class.long().into(), replica, outcome: outcome.into() };
+        let l = SessionLabel { class: class.long().into(), replica, outcome: outcome.name().into() };
         self.sessions.get_or_create(&l).inc();
-        if outcome == "routed" {
+        if outcome == SessionOutcome::Routed {
             self.connect.get_or_create(&ClassLabel { class: class.long().into() }).observe(took_s);
         }
     }

@@ -17,8 +17,8 @@ const MAX_AUTH_LEN: usize = 65_535;
 
 /// How a client's first packets ended.
 pub enum Entry {
-    /// A session asks to start with these parameters, authenticated.
-    Session(Vec<(String, String)>),
+    /// A session asks to start with this startup message, authenticated.
+    Session(Startup),
     /// Nothing more to do (a cancel request, an error already sent, a
     /// client gone).
     Done,
@@ -38,7 +38,7 @@ impl Fatal {
 
 /// Reads the client's startup and authenticates it.
 pub async fn login(shared: &Shared, sock: &mut TcpStream, buf: &mut BytesMut) -> Result<Entry, Fatal> {
-    let params = loop {
+    let start = loop {
         let packet = loop {
             match startup::parse(buf) {
                 Ok(Some((p, used))) => {
@@ -66,14 +66,13 @@ pub async fn login(shared: &Shared, sock: &mut TcpStream, buf: &mut BytesMut) ->
                 shared.cancel(pid, key).await;
                 return Ok(Entry::Done);
             }
-            Startup::Start { params, .. } => break params,
+            start @ Startup::Start { .. } => break start,
         }
     };
-    let user = params.iter().find(|(k, _)| k == "user").map(|(_, v)| v.clone()).unwrap_or_default();
     match &shared.users {
-        None => Ok(Entry::Session(params)),
-        Some(users) => match authenticate(users, &user, sock, buf).await? {
-            true => Ok(Entry::Session(params)),
+        None => Ok(Entry::Session(start)),
+        Some(users) => match authenticate(users, start.param("user").unwrap_or_default(), sock, buf).await? {
+            true => Ok(Entry::Session(start)),
             false => Ok(Entry::Done),
         },
     }

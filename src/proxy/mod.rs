@@ -18,7 +18,7 @@ mod relay;
 pub mod scram;
 pub mod startup;
 
-use crate::backend::live_metrics::{self, LiveMetrics};
+use crate::backend::live_metrics::{self, LiveMetrics, SessionOutcome};
 use crate::core::control::{Admission, ControlEvent, Controller};
 use crate::core::model::{Class, ReplicaId};
 use bytes::BytesMut;
@@ -137,8 +137,8 @@ impl Shared {
     }
 
     /// Counts a session's outcome in the metrics.
-    fn count(&self, class: Class, r: Option<ReplicaId>, outcome: &str, took: Duration) {
-        if outcome == "routed" {
+    fn count(&self, class: Class, r: Option<ReplicaId>, outcome: SessionOutcome, took: Duration) {
+        if outcome == SessionOutcome::Routed {
             self.routed.fetch_add(1, Ordering::Relaxed);
         }
         if let Some(live) = &self.live {
@@ -156,10 +156,8 @@ impl Shared {
         else {
             return;
         };
-        let mut packet = 16u32.to_be_bytes().to_vec();
-        for w in [(1234 << 16) | 5678, pid, key] {
-            packet.extend(u32::to_be_bytes(w));
-        }
+        let mut packet = BytesMut::with_capacity(16);
+        postgres_protocol::message::frontend::cancel_request(pid as i32, key as i32, &mut packet);
         let send = async {
             let mut s = TcpStream::connect((h.as_str(), *port)).await?;
             s.write_all(&packet).await
@@ -282,9 +280,9 @@ async fn connection(shared: Arc<Shared>, id: u32, mut sock: TcpStream, login_tim
         _ = stopping(&mut stop) => Err(Fatal { code: "57P01", message: "terminating connection due to administrator command".into() }),
     };
     match entry {
-        Ok(Entry::Session(params)) if buf.is_empty() => {
-            let class = shared.rule.classify(&startup::Startup::Start { minor: 0, params: params.clone() });
-            relay::session(&shared, id, sock, params, class).await;
+        Ok(Entry::Session(startup)) if buf.is_empty() => {
+            let class = shared.rule.classify(&startup);
+            relay::session(&shared, id, sock, &startup, class).await;
         }
         Ok(Entry::Session(_)) => {
             let f = Fatal { code: "08P01", message: "unexpected message before authentication finished".into() };

@@ -8,7 +8,9 @@
 //! ErrorResponse at a message boundary and a closed socket, never a hang.
 
 use super::login::{send_fatal, Fatal};
+use super::startup::Startup;
 use super::Shared;
+use crate::backend::live_metrics::SessionOutcome;
 use crate::backend::wire::{Conn, WireError};
 use crate::core::model::{Class, ConnectError, QueryError, ReplicaId};
 use bytes::BytesMut;
@@ -17,24 +19,24 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Runs the session of a logged-in client to its end.
-pub async fn session(shared: &Shared, id: u32, mut client: TcpStream, params: Vec<(String, String)>, class: Class) {
+pub async fn session(shared: &Shared, id: u32, mut client: TcpStream, startup: &Startup, class: Class) {
     let asked = Instant::now();
     let r = match shared.admit(id, class).await {
         Ok(r) => r,
         Err(f) => {
-            shared.count(class, None, "rejected", asked.elapsed());
+            shared.count(class, None, SessionOutcome::Rejected, asked.elapsed());
             return send_fatal(&mut client, &f).await;
         }
     };
-    let server = match connect(shared, r, &params).await {
+    let server = match connect(shared, r, startup).await {
         Ok(s) => s,
         Err(f) => {
-            shared.count(class, Some(r), "failed", asked.elapsed());
+            shared.count(class, Some(r), SessionOutcome::Failed, asked.elapsed());
             shared.ended(r, class);
             return send_fatal(&mut client, &f).await;
         }
     };
-    shared.count(class, Some(r), "routed", asked.elapsed());
+    shared.count(class, Some(r), SessionOutcome::Routed, asked.elapsed());
     let key = relay(shared, r, client, server).await;
     if let Some(k) = key {
         shared.keys.lock().expect("keys lock").remove(&k);
@@ -44,10 +46,10 @@ pub async fn session(shared: &Shared, id: u32, mut client: TcpStream, params: Ve
 
 /// Logs into replica `r` for the client: its database (or its user name,
 /// as PostgreSQL defaults it) and its other parameters.
-async fn connect(shared: &Shared, r: ReplicaId, params: &[(String, String)]) -> Result<(TcpStream, BytesMut), Fatal> {
-    let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-    let database = get("database").or_else(|| get("user")).unwrap_or("postgres").to_string();
-    let rest: Vec<(String, String)> = params.iter().filter(|(k, _)| k != "user" && k != "database").cloned().collect();
+async fn connect(shared: &Shared, r: ReplicaId, startup: &Startup) -> Result<(TcpStream, BytesMut), Fatal> {
+    let database = startup.param("database").or_else(|| startup.param("user")).unwrap_or("postgres").to_string();
+    let rest: Vec<(String, String)> =
+        startup.params().iter().filter(|(k, _)| k != "user" && k != "database").cloned().collect();
     let cfg = &shared.replicas[r.idx()];
     let began = shared.now();
     let limit = shared.server_connect_timeout;
@@ -140,6 +142,24 @@ const AUTH_OK: [u8; 9] = [b'R', 0, 0, 0, 8, 0, 0, 0, 0];
 /// Size of each copy's buffer.
 const CHUNK: usize = 16 * 1024;
 
+/// How a relay ended.
+enum End {
+    /// The client left, or the server closed after the client's Terminate.
+    Quiet,
+    /// The replica's connection broke.
+    Lost,
+    /// The proxy is stopping.
+    Stop,
+}
+
+/// Registers the session's cancel key once the server has sent it.
+fn register(shared: &Shared, r: ReplicaId, framing: &Framing, registered: &mut Option<(u32, u32)>) {
+    if let (None, Some(k)) = (*registered, framing.key) {
+        shared.keys.lock().expect("keys lock").insert(k, r);
+        *registered = Some(k);
+    }
+}
+
 /// Copies both ways until one side closes or the proxy stops (then the
 /// session's running statement is cancelled on its replica, so it does not
 /// outlive the proxy); returns the session's cancel key (registered while
@@ -154,57 +174,58 @@ async fn relay(
     let mut framing = Framing::new();
     let mut upstream = Framing::new();
     let mut registered = None;
-    let mut out = AUTH_OK.to_vec();
     framing.feed(&pending);
-    out.extend_from_slice(&pending);
+    register(shared, r, &framing, &mut registered);
+    let mut first = AUTH_OK.to_vec();
+    first.extend_from_slice(&pending);
     let (mut cbuf, mut sbuf) = (vec![0u8; CHUNK], vec![0u8; CHUNK]);
     let mut stop = shared.terminate.clone();
     let began = shared.now();
-    let end = loop {
-        if let (None, Some(k)) = (registered, framing.key) {
-            shared.keys.lock().expect("keys lock").insert(k, r);
-            registered = Some(k);
-        }
-        if !out.is_empty() {
-            if client.write_all(&out).await.is_err() {
-                break None;
-            }
-            out.clear();
-        }
-        tokio::select! {
-            n = client.read(&mut cbuf) => match n {
-                Ok(n) if n > 0 => {
-                    upstream.feed(&cbuf[..n]);
-                    if server.write_all(&cbuf[..n]).await.is_err() {
-                        break Some(lost(r));
+    let end = if client.write_all(&first).await.is_err() {
+        End::Quiet
+    } else {
+        loop {
+            tokio::select! {
+                n = client.read(&mut cbuf) => match n {
+                    Ok(n) if n > 0 => {
+                        upstream.feed(&cbuf[..n]);
+                        if server.write_all(&cbuf[..n]).await.is_err() {
+                            break End::Lost;
+                        }
                     }
-                }
-                _ => break None,
-            },
-            n = server.read(&mut sbuf) => match n {
-                Ok(n) if n > 0 => {
-                    framing.feed(&sbuf[..n]);
-                    out.extend_from_slice(&sbuf[..n]);
-                }
-                _ if upstream.terminated => break None,
-                _ => {
-                    shared.control(|c, now| c.query_answered(r, Err(QueryError::ConnectionLost), began, now));
-                    break Some(lost(r));
-                }
-            },
-            _ = super::stopping(&mut stop) => break Some(Fatal {
-                code: "57P01",
-                message: "terminating connection due to administrator command (plbbench proxy is stopping)".into(),
-            }),
+                    _ => break End::Quiet,
+                },
+                n = server.read(&mut sbuf) => match n {
+                    Ok(n) if n > 0 => {
+                        framing.feed(&sbuf[..n]);
+                        register(shared, r, &framing, &mut registered);
+                        if client.write_all(&sbuf[..n]).await.is_err() {
+                            break End::Quiet;
+                        }
+                    }
+                    _ if upstream.terminated => break End::Quiet,
+                    _ => {
+                        shared.control(|c, now| c.query_answered(r, Err(QueryError::ConnectionLost), began, now));
+                        break End::Lost;
+                    }
+                },
+                _ = super::stopping(&mut stop) => break End::Stop,
+            }
         }
     };
-    if let Some(f) = end {
-        if framing.at_boundary() {
-            send_fatal(&mut client, &f).await;
-        }
-        if let (true, Some((pid, key))) = (f.code == "57P01", registered) {
-            shared.cancel(pid, key).await;
-        }
+    let fatal = match end {
+        End::Quiet => None,
+        End::Lost => Some(lost(r)),
+        End::Stop => Some(Fatal {
+            code: "57P01",
+            message: "terminating connection due to administrator command (plbbench proxy is stopping)".into(),
+        }),
+    };
+    if let (Some(f), true) = (&fatal, framing.at_boundary()) {
+        send_fatal(&mut client, f).await;
+    }
+    if let (End::Stop, Some((pid, key))) = (end, registered) {
+        shared.cancel(pid, key).await;
     }
     let _ = client.shutdown().await;
     registered

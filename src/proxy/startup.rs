@@ -32,8 +32,15 @@ pub enum Startup {
 impl Startup {
     /// A startup parameter (`user`, `database`, `application_name`, ...).
     pub fn param(&self, name: &str) -> Option<&str> {
-        let Startup::Start { params, .. } = self else { return None };
-        params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.params().iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// Every startup parameter in order (none for a request).
+    pub fn params(&self) -> &[(String, String)] {
+        match self {
+            Startup::Start { params, .. } => params,
+            _ => &[],
+        }
     }
 }
 
