@@ -266,6 +266,28 @@ fn orphan_of_a_crashed_run_is_removed() {
     assert_all_gone(&dir, &cgroups);
 }
 
+/// Every plbbench command first looks for orphans; finding a cluster whose
+/// owner lives (a run going on beside it) must leave it serving. Before
+/// 2026-12-03 the state read for the check tore the cluster down when
+/// dropped, so any second plbbench (`cluster status`, a `run --via-proxy`
+/// child) killed a running run's replicas.
+#[test]
+fn a_live_owners_cluster_survives_the_orphan_check() {
+    let dir = temp_state_dir("live-owner");
+    let c = LocalCluster::up(&opts(&dir, 1, 0.001)).expect("up");
+    assert!(!LocalCluster::reap_orphan(&dir).expect("orphan check"), "the owner (this test) lives");
+    let cfg: tokio_postgres::Config = c.dsn(0).parse().unwrap();
+    let rt = runtime();
+    rt.block_on(async {
+        let (client, conn) = cfg.connect(tokio_postgres::NoTls).await.expect("the cluster still serves");
+        tokio::spawn(conn);
+        client.simple_query("SELECT 1").await.expect("a query after the orphan check");
+    });
+    let cgroups = c.cgroup_dirs();
+    c.down().expect("down");
+    assert_all_gone(&dir, &cgroups);
+}
+
 /// A real server at `max_connections` turns the next client away with
 /// SQLSTATE 53300, which the driver classifies as `too many clients` (a
 /// full, live server), and a closed port as a refusal.

@@ -237,7 +237,6 @@ impl LocalCluster {
     /// cluster running).
     pub fn load(state_dir: &Path) -> Result<Option<LocalCluster>, LocalError> {
         let Some(mut c) = Self::read_state(state_dir)? else { return Ok(None) };
-        c.persistent = true;
         if !c.keep && c.owner.is_none_or(procs::owner_gone) {
             return Ok(None);
         }
@@ -271,6 +270,7 @@ impl LocalCluster {
             Ok(Some(c)) => c,
             _ => LocalCluster::empty(state_dir),
         };
+        c.persistent = false;
         c.teardown()?;
         Ok(true)
     }
@@ -283,6 +283,7 @@ impl LocalCluster {
         let Some(mut c) = Self::read_state(state_dir)? else { return Ok(false) };
         match c.owner {
             Some(o) if !c.keep && procs::owner_gone(o) => {
+                c.persistent = false;
                 c.teardown()?;
                 Ok(true)
             }

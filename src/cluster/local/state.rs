@@ -33,6 +33,9 @@ impl LocalCluster {
         }
     }
 
+    /// The cluster saved in `state_dir`, as a persistent value: dropping it
+    /// never tears the cluster down (it may be another live plbbench's);
+    /// a caller that means to remove it calls [`Self::teardown`].
     pub(super) fn read_state(state_dir: &Path) -> Result<Option<LocalCluster>, LocalError> {
         let path = state_dir.join(STATE_FILE);
         let text = match fs::read_to_string(&path) {
@@ -40,7 +43,9 @@ impl LocalCluster {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io_err(format!("reading {}", path.display()))(e)),
         };
-        serde_json::from_str(&text).map(Some).map_err(|source| LocalError::State { path, source })
+        let mut c: LocalCluster = serde_json::from_str(&text).map_err(|source| LocalError::State { path, source })?;
+        c.persistent = true;
+        Ok(Some(c))
     }
 
     /// Writes `cluster.json` atomically with mode 0600.
