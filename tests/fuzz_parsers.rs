@@ -185,7 +185,7 @@ fn the_startup_parser_never_panics_nor_overreads() {
                 ),
                 Err(e) => {
                     prop_assert!(["08P01", "0A000", "28000", "22021"].contains(&e.code()));
-                    let reply = startup::fatal(e.code(), &e.to_string());
+                    let reply = startup::fatal(e.code(), &e.to_string(), None);
                     prop_assert_eq!(reply.len(), 1 + u32::from_be_bytes(reply[1..5].try_into().unwrap()) as usize);
                 }
             }

@@ -541,3 +541,98 @@ fn real_clients_through_the_proxy() {
     let log = p.stderr();
     assert!(log.contains("detect") && log.contains("down"), "the controller's events are logged: {log}");
 }
+
+/// The pid a `run --via-proxy` printed for its proxy child.
+fn proxy_pid(stderr: &str) -> i32 {
+    let line =
+        stderr.lines().find(|l| l.contains("clients go through a plbbench proxy process")).unwrap_or_else(|| {
+            panic!("the run names its proxy: {stderr}");
+        });
+    line.rsplit_once("(pid ").and_then(|(_, p)| p.trim_end_matches(')').parse().ok()).unwrap()
+}
+
+/// Whether `pid` is still a running plbbench proxy.
+fn proxy_alive(pid: i32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| text(&c).contains("proxy"))
+}
+
+/// Rows of a CSV file as maps from its header.
+fn csv_rows(path: &Path) -> Vec<BTreeMap<String, String>> {
+    let body = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut lines = body.lines();
+    let head: Vec<String> = lines.next().unwrap().split(',').map(str::to_string).collect();
+    lines.map(|l| head.iter().cloned().zip(l.split(',').map(str::to_string)).collect()).collect()
+}
+
+/// `run --via-proxy`: the run's own clients through a proxy child it
+/// starts with its routing flags. The proxy routes (each class on its own
+/// role's replicas in the baseline, per the replica the proxy named for
+/// each session), its events and roles reach the run's files, the report
+/// says the sessions went through it, and it stops with the run, also
+/// when the run is killed (the parent-death signal).
+#[test]
+fn a_run_through_its_own_proxy() {
+    if !have_postgres() {
+        return;
+    }
+    let c = Cluster::up();
+    let out_dir = c.root.join("run");
+    let mut cmd = c.plbbench(&["run", "--strategy", "plb", "--mix", "25:75", "--T", "200", "--duration", "40s"]);
+    cmd.args(["--via-proxy", "--raw", "--checks", "warn", "--progress", "lines", "--out", out_dir.to_str().unwrap()]);
+    let out = run_within(cmd, Duration::from_secs(180));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "run --via-proxy: {stderr}");
+    assert!(stdout.contains("via a plbbench proxy process"), "{stdout}");
+    let pid = proxy_pid(&stderr);
+    assert!(!proxy_alive(pid), "the proxy child {pid} outlived the run");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("summary.json")).unwrap()).unwrap();
+    let via = summary["settings"]["via_proxy"].as_str().unwrap_or_default();
+    assert!(via.starts_with("plbbench proxy process at 127.0.0.1:"), "{via}");
+    let proxy = summary["verdicts"].as_array().unwrap().iter().find(|v| v["name"] == "proxy").expect("a proxy verdict");
+    assert_eq!(proxy["ok"], true, "{proxy}");
+    let html = std::fs::read_to_string(out_dir.join("report.html")).unwrap();
+    assert!(html.contains("routed by") && html.contains("plbbench proxy process at"), "the report says so");
+    // The proxy's own events: r1 goes down at the premium fault and its
+    // probes see it; the roles are repaired.
+    let events = csv_rows(&out_dir.join("events.csv"));
+    let first_fault: f64 = events.iter().find(|e| e["kind"] == "fault").expect("a fault row")["t_s"].parse().unwrap();
+    assert!(events.iter().any(|e| e["kind"] == "detect" && e["replica"] == "r1"), "{events:?}");
+    assert!(events.iter().any(|e| e["kind"] == "role"), "{events:?}");
+    // Before the fault the roles are the reference (r1 r2 P, r3 M, r4 r5
+    // F): Premium only on P or M, Freemium never on P, and Premium on P.
+    let queries = csv_rows(&out_dir.join("queries.csv"));
+    let before: Vec<_> = queries
+        .iter()
+        .filter(|q| q["start_us"].parse::<f64>().unwrap() / 1e6 < first_fault && q["ok"] == "true")
+        .collect();
+    let on = |class: &str, replicas: &[&str]| {
+        before.iter().filter(|q| q["class"] == class && replicas.contains(&q["replica"].as_str())).count()
+    };
+    assert!(on("P", &["r1", "r2"]) > 0 && on("F", &["r4", "r5"]) > 0, "both classes ran: {}", before.len());
+    assert_eq!(on("P", &["r4", "r5"]), 0, "Premium on an F replica before the fault");
+    assert_eq!(on("F", &["r1", "r2"]), 0, "Freemium on a P replica before the fault");
+    // Killed with SIGKILL, the run cannot stop its proxy: the kernel does.
+    let mut cmd = c.plbbench(&["run", "--T", "20", "--duration", "60s", "--via-proxy", "--progress", "lines"]);
+    cmd.args(["--out", c.root.join("killed").to_str().unwrap()]);
+    let log = c.root.join("killed.stderr");
+    let mut run =
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(std::fs::File::create(&log).unwrap()).spawn().unwrap();
+    let began = Instant::now();
+    let pid = loop {
+        let said = std::fs::read_to_string(&log).unwrap_or_default();
+        if said.contains("clients go through a plbbench proxy process") {
+            break proxy_pid(&said);
+        }
+        assert!(began.elapsed() < Duration::from_secs(120) && run.try_wait().unwrap().is_none(), "{said}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(proxy_alive(pid));
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let gone = Instant::now();
+    while proxy_alive(pid) {
+        assert!(gone.elapsed() < Duration::from_secs(10), "the proxy child {pid} outlived a killed run");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

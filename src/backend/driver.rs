@@ -24,12 +24,13 @@
 
 use super::clock;
 use crate::backend::live_metrics::{self, LiveMetrics};
+use crate::backend::proxy_feed::{self, Feed};
 use crate::cluster::{Cluster, Fault};
 use crate::core::control::{Admission, Admitted, ControlEvent, Controller};
 use crate::core::faults::Open;
 use crate::core::health::Evidence;
 use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
-use crate::core::model::{AbortReason, Class, ConnectError, EventKind, FaultEvent, QueryError, ReplicaId};
+use crate::core::model::{AbortReason, Class, ConnectError, EventKind, FaultEvent, QueryError, ReplicaId, Role};
 use crate::core::saturation::{GeneratorLoad, GeneratorReport};
 use crate::core::schedule::Client;
 use crate::core::workload::{QueryTemplate, Workload};
@@ -92,7 +93,38 @@ pub struct DriverInput {
     pub progress: crate::progress::Shown,
     /// `--metrics-addr`: the bound listener to serve Prometheus metrics on.
     pub metrics: Option<std::net::TcpListener>,
+    /// `--via-proxy`: the proxy child the clients go through (it routes;
+    /// the controller here only logs the faults).
+    pub proxy: Option<ProxyLink>,
 }
+
+/// `run --via-proxy`: how the clients reach the proxy child and what it
+/// reports (`backend::proxy_feed`).
+pub struct ProxyLink {
+    /// Connection settings through the proxy, Premium then Freemium: their
+    /// application_name tells the proxy the class.
+    pub configs: [Config; 2],
+    /// The proxy's time zero, Unix seconds.
+    pub start_unix_s: f64,
+    /// The rest of its feed.
+    pub feed: mpsc::UnboundedReceiver<Feed>,
+}
+
+/// The proxy's router as its feed last showed it: each replica's role and
+/// open sessions `[P, F]`.
+type RouterView = (Vec<Role>, Vec<[u32; 2]>);
+
+/// The proxy child as the run sees it.
+struct Proxied {
+    configs: [Config; 2],
+    /// The last view of its router.
+    view: Mutex<Option<RouterView>>,
+}
+
+/// The client's connect deadline through the proxy is the workload's plus
+/// this, so the proxy's own deadline on the replica (the workload's) fires
+/// first and says which replica failed.
+const PROXY_HOP: Duration = Duration::from_secs(1);
 
 /// What the driver reports at the end.
 #[derive(Debug, Default)]
@@ -180,6 +212,8 @@ struct Ctx {
     burn: Option<Duration>,
     /// `--metrics-addr`: refreshed once per second.
     live: Option<Arc<Mutex<LiveMetrics>>>,
+    /// `--via-proxy`.
+    proxy: Option<Proxied>,
 }
 
 impl Ctx {
@@ -224,6 +258,12 @@ impl Ctx {
 
     fn stopped(&self) -> bool {
         *self.stop.borrow()
+    }
+
+    /// Whether this run routes its own sessions (no `--via-proxy`): only
+    /// then is the controller told what the sessions saw.
+    fn routes(&self) -> bool {
+        self.proxy.is_none()
     }
 
     /// Records the schedule lag of something due at `due_s` that starts now;
@@ -286,6 +326,11 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
     let (tx, rx) = mpsc::unbounded_channel();
     let (stop_tx, stop_rx) = watch::channel(false);
     let (abort_tx, abort_rx) = watch::channel(false);
+    let (proxy, feed) = match input.proxy {
+        Some(l) => (Some(Proxied { configs: l.configs, view: Mutex::new(None) }), Some((l.feed, l.start_unix_s))),
+        None => (None, None),
+    };
+    let started_unix_s = unix_now();
     let ctx = Arc::new(Ctx {
         start: Instant::now(),
         workload: input.workload.clone(),
@@ -299,7 +344,9 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
         sessions: AtomicU64::new(0),
         burn: test_burn(),
         live: input.metrics.is_some().then(|| Arc::new(Mutex::new(LiveMetrics::new()))),
+        proxy,
     });
+    let follower = feed.map(|(rx, at)| tokio::spawn(follow(ctx.clone(), rx, at - started_unix_s)));
     refresh_live(&ctx);
     let server = input.metrics.zip(ctx.live.clone()).map(|(l, m)| tokio::spawn(live_metrics::serve(l, m)));
     let lines = (input.progress == crate::progress::Shown::Lines).then_some(input.duration_s);
@@ -339,6 +386,10 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
     }
     if let Some(s) = server {
         s.abort();
+    }
+    if let Some(f) = follower {
+        f.abort();
+        let _ = f.await;
     }
     bar.finish_and_clear();
     let waiting = ctx.control(|ctl, _| ctl.c.waiting());
@@ -456,26 +507,35 @@ async fn client(ctx: Arc<Ctx>, id: u32, mut script: Client) -> Option<Class> {
             return None;
         }
         ctx.started_late(intended);
-        let admitted = match admit(&ctx, id, class).await {
-            Entry::Now(r) => r,
-            Entry::Rejected => {
+        let opened = match &ctx.proxy {
+            None => open(&ctx, id, class).await,
+            Some(p) => open_proxied(&ctx, p, class).await,
+        };
+        let (r, connected) = match opened {
+            Opened::On(r, connected) => (r, connected),
+            Opened::Rejected => {
                 intended = ctx.now() + script.between_s(&w);
                 resume = None;
                 continue;
             }
-            Entry::Stopped => return None,
+            Opened::NoRoute => {
+                intended = ctx.now() + script.backoff_s(&w);
+                continue;
+            }
+            Opened::Stopped => return None,
         };
-        let Some(r) = admitted else {
-            intended = ctx.now() + script.backoff_s(&w);
-            continue;
-        };
-        ctx.send(Msg::Started(class, r, ctx.now()));
         let queries = resume.take().unwrap_or_else(|| script.session_len(&w));
-        let end = session(&ctx, &mut script, r, queries, intended).await;
-        ctx.control(|ctl, now| {
-            let admitted = ctl.c.session_ended(r, class, now);
-            deliver(ctl, admitted, now);
-        });
+        let end = match connected {
+            Ok(c) => session(&ctx, &mut script, r, c, queries, intended).await,
+            Err(Some(why)) => SessionEnd::Aborted(why, queries),
+            Err(None) => SessionEnd::Stopped,
+        };
+        if ctx.routes() {
+            ctx.control(|ctl, now| {
+                let admitted = ctl.c.session_ended(r, class, now);
+                deliver(ctl, admitted, now);
+            });
+        }
         let now = ctx.now();
         let abort = match end {
             SessionEnd::Stopped => return Some(class),
@@ -493,6 +553,97 @@ async fn client(ctx: Arc<Ctx>, id: u32, mut script: Client) -> Option<Class> {
             now + script.between_s(&w)
         };
     }
+}
+
+/// A session's start: on a replica (connected, or why not: `None` when
+/// the run stopped while it connected), or no session this time.
+enum Opened {
+    On(ReplicaId, Result<tokio_postgres::Client, Option<AbortReason>>),
+    /// The admission gate refused it.
+    Rejected,
+    /// No replica could take it: back off and try again.
+    NoRoute,
+    /// The run stopped first.
+    Stopped,
+}
+
+/// Admission by the controller here, then a connection to its replica.
+async fn open(ctx: &Ctx, id: u32, class: Class) -> Opened {
+    let r = match admit(ctx, id, class).await {
+        Entry::Now(Some(r)) => r,
+        Entry::Now(None) => return Opened::NoRoute,
+        Entry::Rejected => return Opened::Rejected,
+        Entry::Stopped => return Opened::Stopped,
+    };
+    ctx.send(Msg::Started(class, r, ctx.now()));
+    let deadline = Duration::from_millis(ctx.workload.client.connect_timeout_ms);
+    let mut stop = ctx.stop.clone();
+    let connected = tokio::select! {
+        c = timeout(deadline, ctx.configs[r.idx()].connect(NoTls)) => c,
+        _ = stop.wait_for(|s| *s) => return Opened::On(r, Err(None)),
+    };
+    let err = match connected {
+        Ok(Ok((client, conn))) => {
+            tokio::spawn(conn);
+            return Opened::On(r, Ok(client));
+        }
+        Ok(Err(e)) => ConnectError::of_sqlstate(e.code().map(|c| c.code())),
+        Err(_) => ConnectError::Timeout,
+    };
+    Opened::On(r, Err(Some(ctx.control(|ctl, now| ctl.c.connect_failed(r, err, now)))))
+}
+
+/// `--via-proxy`: a connection through the proxy, which routes it and
+/// names the replica (a ParameterStatus, or the DETAIL of its FATAL). A
+/// refusal naming no replica (no replica can take the session, or the
+/// proxy is unreachable) backs off as when no replica can take it here.
+async fn open_proxied(ctx: &Ctx, p: &Proxied, class: Class) -> Opened {
+    let deadline = Duration::from_millis(ctx.workload.client.connect_timeout_ms) + PROXY_HOP;
+    let mut stop = ctx.stop.clone();
+    let connected = tokio::select! {
+        c = timeout(deadline, p.configs[class.idx()].connect(NoTls)) => c,
+        _ = stop.wait_for(|s| *s) => return Opened::Stopped,
+    };
+    let (r, connected) = match connected {
+        Ok(Ok((client, conn))) => {
+            let Some(r) = conn.parameter(proxy_feed::REPLICA_PARAM).and_then(proxy_feed::replica_of_param) else {
+                return Opened::NoRoute;
+            };
+            tokio::spawn(conn);
+            (r, Ok(client))
+        }
+        Ok(Err(e)) => match e.as_db_error().and_then(|d| d.detail()).and_then(proxy_feed::failure_of_detail) {
+            Some((r, why)) => (r, Err(Some(AbortReason::Connect(why)))),
+            None => return Opened::NoRoute,
+        },
+        Err(_) => return Opened::NoRoute,
+    };
+    ctx.send(Msg::Started(class, r, ctx.now()));
+    Opened::On(r, connected)
+}
+
+/// `--via-proxy`: the proxy's events into the run's events (on the run's
+/// clock) and its router's view for the once-per-second samples.
+async fn follow(ctx: Arc<Ctx>, mut feed: mpsc::UnboundedReceiver<Feed>, offset_s: f64) {
+    while let Some(msg) = feed.recv().await {
+        match msg {
+            Feed::Event { t_s, kind, replica, detail } => {
+                let t_s = (t_s + offset_s).max(0.0);
+                ctx.send(Msg::Control(ControlEvent::Log { t_s, kind, replica, detail }));
+            }
+            Feed::State { roles, active, .. } => {
+                if let Some(p) = &ctx.proxy {
+                    *p.view.lock().expect("proxy view lock") = Some((roles, active));
+                }
+            }
+            Feed::Listening { .. } => {}
+        }
+    }
+}
+
+/// Now, as Unix seconds.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// The outcome of asking for admission.
@@ -578,31 +729,18 @@ fn refresh_live(ctx: &Ctx) {
     }
 }
 
-/// Runs one session on replica `r`; `intended` is when it should start.
-async fn session(ctx: &Ctx, script: &mut Client, r: ReplicaId, queries: u32, intended: f64) -> SessionEnd {
+/// Runs the queries of one session on replica `r` over `client`;
+/// `intended` is when the session should have started.
+async fn session(
+    ctx: &Ctx,
+    script: &mut Client,
+    r: ReplicaId,
+    client: tokio_postgres::Client,
+    queries: u32,
+    intended: f64,
+) -> SessionEnd {
     let w = &ctx.workload;
     let id = ctx.sessions.fetch_add(1, Ordering::Relaxed) + 1;
-    let connect_deadline = Duration::from_millis(w.client.connect_timeout_ms);
-    let mut stop = ctx.stop.clone();
-    let connected = tokio::select! {
-        c = timeout(connect_deadline, ctx.configs[r.idx()].connect(NoTls)) => c,
-        _ = stop.wait_for(|s| *s) => return SessionEnd::Stopped,
-    };
-    let client = match connected {
-        Ok(Ok((client, conn))) => {
-            tokio::spawn(conn);
-            client
-        }
-        Ok(Err(e)) => {
-            let err = ConnectError::of_sqlstate(e.code().map(|c| c.code()));
-            let why = ctx.control(|ctl, now| ctl.c.connect_failed(r, err, now));
-            return SessionEnd::Aborted(why, queries);
-        }
-        Err(_) => {
-            let why = ctx.control(|ctl, now| ctl.c.connect_failed(r, ConnectError::Timeout, now));
-            return SessionEnd::Aborted(why, queries);
-        }
-    };
     let mut due = intended;
     let mut statements = std::collections::HashMap::new();
     for left in (1..=queries).rev() {
@@ -652,8 +790,10 @@ async fn session(ctx: &Ctx, script: &mut Client, r: ReplicaId, queries: u32, int
             end_s: end,
             error,
         }));
-        let answer = error.map_or(Ok((end - sent) * 1000.0), Err);
-        ctx.control(|ctl, now| ctl.c.query_answered(r, answer, sent, now));
+        if ctx.routes() {
+            let answer = error.map_or(Ok((end - sent) * 1000.0), Err);
+            ctx.control(|ctl, now| ctl.c.query_answered(r, answer, sent, now));
+        }
         if let Some(e) = error {
             return SessionEnd::Aborted(AbortReason::Query(e), left);
         }
@@ -789,13 +929,15 @@ fn snapshot(ctx: &Ctx, cluster: &Mutex<Cluster>) -> Vec<ReplicaSample> {
         Ok(c) => (0..k).map(|r| c.cpu_seconds(r)).collect(),
         Err(_) => vec![None; k],
     };
+    let proxy = ctx.proxy.as_ref().and_then(|p| p.view.lock().expect("proxy view lock").clone());
     ctx.control(|ctl, _| {
         (0..k)
-            .map(|r| ReplicaSample {
-                up: ctx.actual_up[r].load(Ordering::SeqCst),
-                role: ctl.c.role(ReplicaId(r)),
-                active: ctl.c.active(ReplicaId(r)),
-                cpu_s: cpu[r],
+            .map(|r| {
+                let (role, active) = match &proxy {
+                    Some((roles, active)) => (roles[r], active[r]),
+                    None => (ctl.c.role(ReplicaId(r)), ctl.c.active(ReplicaId(r))),
+                };
+                ReplicaSample { up: ctx.actual_up[r].load(Ordering::SeqCst), role, active, cpu_s: cpu[r] }
             })
             .collect()
     })

@@ -8,5 +8,6 @@
 pub(crate) mod clock;
 pub(crate) mod driver;
 pub(crate) mod live_metrics;
+pub(crate) mod proxy_feed;
 pub(crate) mod sim;
 pub(crate) mod wire;

@@ -48,6 +48,9 @@ pub struct ProxyArgs {
     /// Serve Prometheus metrics (the router's and the proxy's sessions) at this address.
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<SocketAddr>,
+    /// Write a JSON feed on stdout for the `run --via-proxy` that started this proxy.
+    #[arg(long, hide = true)]
+    pub feed: bool,
     /// Where an external cluster is (or `dsns` in the config file).
     #[command(flatten)]
     pub external: ExternalArgs,
@@ -76,6 +79,7 @@ pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
     let listener = std::net::TcpListener::bind(listen)
         .and_then(|l| l.set_nonblocking(true).map(|_| l))
         .map_err(|e| input("--listen", format!("cannot listen on {listen}: {e}")))?;
+    let listen = listener.local_addr().unwrap_or(listen);
     let metrics = match args.metrics_addr {
         Some(a) => Some(
             crate::backend::live_metrics::bind(a)
@@ -101,15 +105,21 @@ pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
         drain: Duration::from_secs_f64(cfg.drain_s),
         probe_interval: plan.probe_interval,
         metrics,
+        feed: args.feed,
     };
     let auth = if input.users.is_some() { "scram-sha-256" } else { "trust" };
-    println!(
+    let say = format!(
         "plbbench proxy: listening on {listen} ({} over {} replicas, class by {:?} prefix {:?}, auth {auth})",
         plan.variant(),
         plan.replicas,
         cfg.class.param,
         cfg.class.premium_prefix
     );
+    if args.feed {
+        eprintln!("{say}");
+    } else {
+        println!("{say}");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
     let out = runtime.block_on(serve(input)).context("serving clients")?;
     drop(runtime);
@@ -120,7 +130,7 @@ pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
 
 /// `run`'s plan for the proxy's flags: no faults, the config's replicas
 /// when it names them.
-fn plan(args: &ProxyArgs, cfg: &ProxyConfig) -> Result<Plan, Error> {
+pub(crate) fn plan(args: &ProxyArgs, cfg: &ProxyConfig) -> Result<Plan, Error> {
     let mut run = default_run_args();
     run.strategy = args.strategy;
     run.mix = args.mix.clone();

@@ -42,4 +42,6 @@ pub struct BackendOutcome {
     /// simulator, a cluster the run started); `None` for a cluster it
     /// found running or an external one.
     pub max_connections: Option<u32>,
+    /// `--via-proxy`: what routed the sessions (the proxy process).
+    pub via_proxy: Option<String>,
 }

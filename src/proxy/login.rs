@@ -28,11 +28,13 @@ pub enum Entry {
 pub struct Fatal {
     pub code: &'static str,
     pub message: String,
+    /// The DETAIL field, if any.
+    pub detail: Option<String>,
 }
 
 impl Fatal {
-    fn new(code: &'static str, message: impl Into<String>) -> Fatal {
-        Fatal { code, message: message.into() }
+    pub fn new(code: &'static str, message: impl Into<String>) -> Fatal {
+        Fatal { code, message: message.into(), detail: None }
     }
 }
 
@@ -155,7 +157,7 @@ async fn authenticate(
 
 /// Sends `f` as a FATAL ErrorResponse (best effort: the client may be gone).
 pub async fn send_fatal(sock: &mut TcpStream, f: &Fatal) {
-    let _ = sock.write_all(&fatal(f.code, &f.message)).await;
+    let _ = sock.write_all(&fatal(f.code, &f.message, f.detail.as_deref())).await;
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ pub mod scram;
 pub mod startup;
 
 use crate::backend::live_metrics::{self, LiveMetrics, SessionOutcome};
+use crate::backend::proxy_feed::Feed;
 use crate::core::control::{Admission, ControlEvent, Controller};
 use crate::core::model::{Class, ReplicaId};
 use bytes::BytesMut;
@@ -55,6 +56,9 @@ pub struct ProxyInput {
     pub probe_interval: Option<Duration>,
     /// `--metrics-addr`, bound.
     pub metrics: Option<std::net::TcpListener>,
+    /// Write the feed (`backend::proxy_feed`) on stdout instead of event
+    /// lines on stderr: a proxy `run --via-proxy` started.
+    pub feed: bool,
 }
 
 /// How the proxy ended.
@@ -88,6 +92,8 @@ pub(crate) struct Shared {
     /// Connections open now (logging in or in a session).
     open: AtomicUsize,
     routed: AtomicU32,
+    /// See [`ProxyInput::feed`].
+    feed: bool,
 }
 
 impl Shared {
@@ -99,8 +105,32 @@ impl Shared {
     fn control<T>(&self, f: impl FnOnce(&mut Controller, f64) -> T) -> T {
         let mut ctl = self.control.lock().expect("control lock");
         let out = f(&mut ctl.c, self.now());
-        log_events(ctl.c.drain_events());
+        self.log(ctl.c.drain_events());
         out
+    }
+
+    /// The controller's event rows: feed lines on stdout, or lines on
+    /// stderr as events.csv's rows would read.
+    fn log(&self, events: Vec<ControlEvent>) {
+        for e in events {
+            let ControlEvent::Log { t_s, kind, replica, detail } = e else { continue };
+            if self.feed {
+                println!("{}", Feed::Event { t_s, kind, replica, detail }.line());
+            } else {
+                let r = replica.map(|r| r.to_string()).unwrap_or_default();
+                eprintln!("plbbench proxy: event t={t_s:.3} {kind} {r} {detail}");
+            }
+        }
+    }
+
+    /// The feed's once-a-second view of the router.
+    fn state(&self, c: &Controller) -> Feed {
+        let k = self.replicas.len();
+        Feed::State {
+            t_s: self.now(),
+            roles: ReplicaId::all(k).map(|r| c.role(r)).collect(),
+            active: ReplicaId::all(k).map(|r| c.active(r)).collect(),
+        }
     }
 
     /// The replica for a new session of `class`, as `run` admits one: at
@@ -109,7 +139,7 @@ impl Shared {
         let asked = {
             let mut ctl = self.control.lock().expect("control lock");
             let a = ctl.c.request(id, class, self.now());
-            log_events(ctl.c.drain_events());
+            self.log(ctl.c.drain_events());
             match a {
                 Admission::Route(r) => return Ok(r),
                 Admission::NoRoute => return Err(full(class, "no replica can take it now")),
@@ -133,7 +163,7 @@ impl Shared {
         let now = self.now();
         let admitted = ctl.c.session_ended(r, class, now);
         deliver(&mut ctl, admitted, now);
-        log_events(ctl.c.drain_events());
+        self.log(ctl.c.drain_events());
     }
 
     /// Counts a session's outcome in the metrics.
@@ -169,7 +199,7 @@ impl Shared {
 /// 53300, PostgreSQL's "too many connections", for a session no replica
 /// may take.
 fn full(class: Class, why: &str) -> Fatal {
-    Fatal { code: "53300", message: format!("plbbench proxy: {} session {why}", class.long()) }
+    Fatal::new("53300", format!("plbbench proxy: {} session {why}", class.long()))
 }
 
 /// Hands admitted sessions to their waiting clients; one no longer
@@ -184,23 +214,19 @@ fn deliver(ctl: &mut Control, admitted: Vec<crate::core::control::Admitted>, now
     }
 }
 
-/// Prints the controller's events as events.csv's rows would read.
-fn log_events(events: Vec<ControlEvent>) {
-    for e in events {
-        if let ControlEvent::Log { t_s, kind, replica, detail } = e {
-            let r = replica.map(|r| r.to_string()).unwrap_or_default();
-            eprintln!("plbbench proxy: event t={t_s:.3} {kind} {r} {detail}");
-        }
-    }
-}
-
 /// Serves clients until SIGINT or SIGTERM, then drains.
 pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
     let listener = TcpListener::from_std(input.listener)?;
+    let start = Instant::now();
+    if input.feed {
+        let start_unix_s =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+        println!("{}", Feed::Listening { addr: listener.local_addr()?, start_unix_s }.line());
+    }
     let (term_tx, terminate) = watch::channel(false);
     let live = input.metrics.as_ref().map(|_| Arc::new(Mutex::new(LiveMetrics::new())));
     let shared = Arc::new(Shared {
-        start: Instant::now(),
+        start,
         control: Mutex::new(Control { c: input.control, waiters: HashMap::new() }),
         replicas: input.replicas,
         rule: input.rule,
@@ -211,6 +237,7 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
         live: live.clone(),
         open: AtomicUsize::new(0),
         routed: AtomicU32::new(0),
+        feed: input.feed,
     });
     if let Some(live) = &live {
         let ctl = shared.control.lock().expect("control lock");
@@ -275,9 +302,9 @@ async fn connection(shared: Arc<Shared>, id: u32, mut sock: TcpStream, login_tim
     let mut stop = shared.terminate.clone();
     let entry = tokio::select! {
         e = tokio::time::timeout(login_timeout, login::login(&shared, &mut sock, &mut buf)) => {
-            e.unwrap_or_else(|_| Err(Fatal { code: "08P01", message: "canceling authentication due to timeout".into() }))
+            e.unwrap_or_else(|_| Err(Fatal::new("08P01", "canceling authentication due to timeout")))
         }
-        _ = stopping(&mut stop) => Err(Fatal { code: "57P01", message: "terminating connection due to administrator command".into() }),
+        _ = stopping(&mut stop) => Err(Fatal::new("57P01", "terminating connection due to administrator command")),
     };
     match entry {
         Ok(Entry::Session(startup)) if buf.is_empty() => {
@@ -285,7 +312,7 @@ async fn connection(shared: Arc<Shared>, id: u32, mut sock: TcpStream, login_tim
             relay::session(&shared, id, sock, &startup, class).await;
         }
         Ok(Entry::Session(_)) => {
-            let f = Fatal { code: "08P01", message: "unexpected message before authentication finished".into() };
+            let f = Fatal::new("08P01", "unexpected message before authentication finished");
             login::send_fatal(&mut sock, &f).await;
         }
         Ok(Entry::Done) => {}
@@ -312,9 +339,14 @@ async fn tick(shared: Arc<Shared>) {
                 }
             }
             ctl.c.tick(now);
-            log_events(ctl.c.drain_events());
-            if let (Some(live), true) = (&shared.live, n % 50 == 0) {
-                live.lock().expect("metrics lock").refresh(ctl.c.router(), ctl.c.gate());
+            shared.log(ctl.c.drain_events());
+            if n % 50 == 0 {
+                if let Some(live) = &shared.live {
+                    live.lock().expect("metrics lock").refresh(ctl.c.router(), ctl.c.gate());
+                }
+                if shared.feed {
+                    println!("{}", shared.state(&ctl.c).line());
+                }
             }
         }
         n += 1;

@@ -11,6 +11,7 @@ use super::login::{send_fatal, Fatal};
 use super::startup::Startup;
 use super::Shared;
 use crate::backend::live_metrics::SessionOutcome;
+use crate::backend::proxy_feed::{failed_on, REPLICA_PARAM};
 use crate::backend::wire::{Conn, WireError};
 use crate::core::model::{Class, ConnectError, QueryError, ReplicaId};
 use bytes::BytesMut;
@@ -69,10 +70,11 @@ async fn connect(shared: &Shared, r: ReplicaId, startup: &Startup) -> Result<(Tc
                 let _ = c.connect_failed(r, why, now.max(began));
             });
         }
-        match e {
-            WireError::Server { code, message, .. } => Fatal { code: server_code(&code), message },
-            other => Fatal { code: "08006", message: format!("could not connect to replica {r}: {other}") },
-        }
+        let f = match e {
+            WireError::Server { code, message, .. } => Fatal::new(server_code(&code), message),
+            other => Fatal::new("08006", format!("could not connect to replica {r}: {other}")),
+        };
+        Fatal { detail: Some(failed_on(r, why.unwrap_or(ConnectError::Refused))), ..f }
     })
 }
 
@@ -139,6 +141,19 @@ impl Framing {
 
 /// AuthenticationOk.
 const AUTH_OK: [u8; 9] = [b'R', 0, 0, 0, 8, 0, 0, 0, 0];
+/// A ParameterStatus message: `name` is now `value`.
+fn parameter_status(name: &str, value: &str) -> Vec<u8> {
+    let len = 4 + name.len() + 1 + value.len() + 1;
+    let mut m = Vec::with_capacity(1 + len);
+    m.push(b'S');
+    m.extend((len as u32).to_be_bytes());
+    for s in [name, value] {
+        m.extend(s.bytes().filter(|&b| b != 0));
+        m.push(0);
+    }
+    m
+}
+
 /// Size of each copy's buffer.
 const CHUNK: usize = 16 * 1024;
 
@@ -177,6 +192,7 @@ async fn relay(
     framing.feed(&pending);
     register(shared, r, &framing, &mut registered);
     let mut first = AUTH_OK.to_vec();
+    first.extend(parameter_status(REPLICA_PARAM, &r.to_string()));
     first.extend_from_slice(&pending);
     let (mut cbuf, mut sbuf) = (vec![0u8; CHUNK], vec![0u8; CHUNK]);
     let mut stop = shared.terminate.clone();
@@ -216,10 +232,10 @@ async fn relay(
     let fatal = match end {
         End::Quiet => None,
         End::Lost => Some(lost(r)),
-        End::Stop => Some(Fatal {
-            code: "57P01",
-            message: "terminating connection due to administrator command (plbbench proxy is stopping)".into(),
-        }),
+        End::Stop => Some(Fatal::new(
+            "57P01",
+            "terminating connection due to administrator command (plbbench proxy is stopping)",
+        )),
     };
     if let (Some(f), true) = (&fatal, framing.at_boundary()) {
         send_fatal(&mut client, f).await;
@@ -233,12 +249,10 @@ async fn relay(
 
 /// The error a client gets when its replica's connection breaks.
 fn lost(r: ReplicaId) -> Fatal {
-    Fatal {
-        code: "08006",
-        message: format!(
-            "the connection to replica {r} was lost; it may have failed (reconnect to be routed to a survivor)"
-        ),
-    }
+    Fatal::new(
+        "08006",
+        format!("the connection to replica {r} was lost; it may have failed (reconnect to be routed to a survivor)"),
+    )
 }
 
 #[cfg(test)]
@@ -263,6 +277,10 @@ mod tests {
         f.feed(&stream[12..]);
         f.feed(&[b'X', 0, 0, 0, 4]);
         assert!(f.at_boundary() && f.terminated);
+        let mut f = Framing::new();
+        f.feed(&parameter_status(REPLICA_PARAM, "r2"));
+        assert!(f.at_boundary());
+        assert_eq!(parameter_status("a", "b"), [b'S', 0, 0, 0, 8, b'a', 0, b'b', 0]);
         assert_eq!(server_code("3D000"), "3D000");
         assert_eq!(server_code("XX000"), "08006");
     }

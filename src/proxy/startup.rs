@@ -143,11 +143,12 @@ fn params(body: &[u8]) -> Result<Vec<(String, String)>, StartupError> {
     parts.chunks(2).map(|kv| Ok((text(kv[0])?, text(kv[1])?))).collect()
 }
 
-/// A FATAL ErrorResponse message with `code` and `message`, as a server
-/// sends it before closing the connection.
-pub fn fatal(code: &str, message: &str) -> Vec<u8> {
+/// A FATAL ErrorResponse message with `code`, `message` and an optional
+/// DETAIL, as a server sends it before closing the connection.
+pub fn fatal(code: &str, message: &str, detail: Option<&str>) -> Vec<u8> {
     let mut body = Vec::with_capacity(32 + message.len());
-    for (field, value) in [(b'S', "FATAL"), (b'V', "FATAL"), (b'C', code), (b'M', message)] {
+    let fields = [(b'S', "FATAL"), (b'V', "FATAL"), (b'C', code), (b'M', message)];
+    for (field, value) in fields.into_iter().chain(detail.map(|d| (b'D', d))) {
         body.push(field);
         body.extend(value.bytes().filter(|&b| b != 0));
         body.push(0);
@@ -227,12 +228,14 @@ mod tests {
 
     #[test]
     fn a_fatal_error_is_a_well_formed_error_response() {
-        let m = fatal("08P01", "bad\0input");
+        let m = fatal("08P01", "bad\0input", None);
         assert_eq!(m[0], b'E');
         let len = u32::from_be_bytes(m[1..5].try_into().unwrap()) as usize;
         assert_eq!(len + 1, m.len());
         let fields: Vec<&[u8]> = m[5..m.len() - 2].split(|&b| b == 0).collect();
         assert_eq!(fields, [&b"SFATAL"[..], b"VFATAL", b"C08P01", b"Mbadinput"]);
         assert_eq!(&m[m.len() - 2..], &[0, 0]);
+        let d = fatal("08006", "m", Some("d"));
+        assert_eq!(&d[d.len() - 4..], b"Dd\0\0");
     }
 }

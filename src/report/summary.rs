@@ -69,6 +69,10 @@ pub struct Settings {
     /// `warn` (`--checks warn`). `fail` in a summary.json from before it.
     #[serde(default)]
     pub checks: crate::core::settings::Checks,
+    /// `--via-proxy`: what routed the sessions (a `plbbench proxy`
+    /// process); absent when the run's clients routed themselves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via_proxy: Option<String>,
 }
 
 fn admission_none() -> String {

@@ -57,6 +57,11 @@ pub struct RunArgs {
     /// the run folder, its report, the failed checks and the whole summary.json; for jq).
     #[arg(long, value_enum, default_value = "text")]
     pub format: crate::commands::Format,
+    /// Send the clients through a `plbbench proxy` process started for the run (same routing flags; the proxy
+    /// routes, probes and keeps the roles; the report says so). Real clusters only; not with --detection oracle or
+    /// --admission modes.
+    #[arg(long)]
+    pub via_proxy: bool,
     /// Where an external cluster is.
     #[command(flatten)]
     pub external: ExternalArgs,

@@ -148,7 +148,7 @@ pub fn open_cluster(plan: &Plan) -> Result<(Cluster, Option<u32>), Error> {
 /// external).
 pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, BackendOutcome), Error> {
     let interrupted = catch_signals();
-    let metrics = match plan.metrics_addr {
+    let metrics = match plan.metrics_addr.filter(|_| plan.via_proxy.is_none()) {
         Some(addr) => Some(
             crate::backend::live_metrics::bind(addr)
                 .map_err(|e| Error::Input(format!("--metrics-addr: cannot listen on {addr}: {e}")))?,
@@ -170,6 +170,11 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
         detail: "unavailable: the external cluster file gives no `cpu` sampler command, so CPU figures are empty"
             .into(),
     });
+    let proxy = match &plan.via_proxy {
+        Some(flags) => Some(super::via_proxy::start(&cluster, flags, &plan.workload)?),
+        None => None,
+    };
+    let (proxy, link) = proxy.map_or((None, None), |(p, l)| (Some(p), Some(l)));
     let cluster = Arc::new(Mutex::new(cluster));
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the tokio runtime")?;
@@ -179,10 +184,11 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
         control: control(plan),
         faults: plan.faults.clone(),
         duration_s: plan.duration_s,
-        probe_interval: plan.probe_interval,
+        probe_interval: plan.probe_interval.filter(|_| link.is_none()),
         progress: plan.progress,
         cpus: plan.cpus,
         metrics,
+        proxy: link,
     };
     let (mut collector, out) = runtime.block_on(driver::run(input, cluster.clone(), collector));
     let planned_end = out.interrupted_s.map_or(plan.duration_s, |t| t + driver::DRAIN.as_secs_f64());
@@ -191,6 +197,8 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
         collector.truncate(t);
     }
     drop(runtime);
+    let via_proxy = proxy.as_ref().map(|p| p.describe());
+    let proxy_verdict = proxy.map(|p| p.stop());
     let mut cluster = Arc::try_unwrap(cluster).expect("no task holds the cluster").into_inner().expect("lock");
     if cluster.is_persistent() {
         heal(&mut cluster, plan, out.interrupted_s);
@@ -204,11 +212,13 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
         verdicts: std::iter::once(stop_verdict(overrun_s))
             .chain(out.generator.as_ref().map(generator_verdict))
             .chain(cpu_verdict)
+            .chain(proxy_verdict)
             .collect(),
         interrupted_by: out.signal,
         stop_overrun_s: Some(overrun_s),
         generator: out.generator,
         max_connections,
+        via_proxy,
     };
     Ok((collector, outcome))
 }

@@ -27,6 +27,7 @@ mod dry_run;
 pub mod launch;
 pub mod plan;
 mod stream;
+pub mod via_proxy;
 
 /// `plbbench run`: validates the flags, runs, writes the folder, refreshes
 /// the archive and prints the headline and each failed check. A run stopped
@@ -100,8 +101,9 @@ fn print_headline(s: &Summary) {
 fn headline(s: &Summary) -> String {
     let st = &s.settings;
     let scale = if st.time_scale == 1.0 { String::new() } else { format!(", time scale {}", st.time_scale) };
+    let proxy = if st.via_proxy.is_some() { " · via a plbbench proxy process" } else { "" };
     let mut out = format!(
-        "{} · mix {} · T={} · faults {} · {} cluster{scale}\n",
+        "{} · mix {} · T={} · faults {} · {} cluster{scale}{proxy}\n",
         st.strategy, st.mix, st.clients, st.faults, st.cluster
     );
     out.push_str("phase     class  goodput_qps  retention  p95_ms\n");
@@ -217,6 +219,7 @@ pub fn settings(plan: &Plan) -> Settings {
         admission: plan.admission.name().into(),
         recovery: plan.recovery.name().into(),
         checks: plan.checks,
+        via_proxy: None,
     }
 }
 
@@ -275,7 +278,11 @@ fn summarise(
     Summary {
         schema_version: crate::report::version::SUMMARY,
         partial: outcome.partial,
-        settings: Settings { max_connections: outcome.max_connections, ..settings(plan) },
+        settings: Settings {
+            max_connections: outcome.max_connections,
+            via_proxy: outcome.via_proxy.clone(),
+            ..settings(plan)
+        },
         environment: environment(plan, &outcome, started),
         faults: plan.faults.clone(),
         phases: m.phases.clone(),

@@ -124,6 +124,9 @@ pub struct Plan {
     pub out: PathBuf,
     /// What a failed run validity check does.
     pub checks: Checks,
+    /// `--via-proxy`: the routing flags of the proxy child (see
+    /// `via_proxy::flags`); `None`: the clients route themselves.
+    pub via_proxy: Option<Vec<String>>,
 }
 
 /// Parses `P:F` percentages summing to 100; returns P.
@@ -266,6 +269,7 @@ impl Plan {
             refuse_partition_on_local(&faults_name, &events)?;
         }
         let x = time_scale(args.duration, c.time_scale, &workload)?;
+        let via_proxy = super::via_proxy::flags(&args, x)?;
         let faults = faults::scaled(&events, x);
         let (ramp_s, duration_s) = (workload.arrival.ramp_s * x, workload.run.duration_s * x);
         let phases = phases::cut(&faults, c.replicas, ramp_s, workload.run.baseline_s * x, duration_s);
@@ -313,6 +317,7 @@ impl Plan {
             force: args.force,
             out,
             checks: c.checks,
+            via_proxy,
         })
     }
 

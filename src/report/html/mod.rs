@@ -363,6 +363,7 @@ fn settings(s: &Summary) -> Vec<Item> {
         item("faults", title(s).faults),
         item("workload", st.workload.clone()),
         item("cluster backend", st.cluster.clone()),
+        item("routed by", st.via_proxy.clone().unwrap_or_else(|| "plbbench's own clients (no proxy)".into())),
     ]);
     if let Some(n) = st.max_connections {
         v.push(item("max_connections per replica", n.to_string()));

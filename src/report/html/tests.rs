@@ -143,6 +143,7 @@ fn synthetic(partial: bool, workload: &str) -> (Summary, RunMetrics) {
             admission: "none".into(),
             recovery: "none".into(),
             checks: Default::default(),
+            via_proxy: None,
         },
         environment: Environment {
             plbbench_version: "0.1.0".into(),

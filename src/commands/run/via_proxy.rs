@@ -1,0 +1,315 @@
+//! `run --via-proxy` (issue 20): the run's clients go through a `plbbench
+//! proxy` child process instead of routing themselves, so a run measures
+//! PLB as it would be deployed in front of applications (the proxy's
+//! routing, its probes, its extra hop). The child gets the run's routing
+//! flags (so it builds the same plan: [`flags`]), the run's cluster as an
+//! external one in a private config file, and reports back over its
+//! stdout (`backend::proxy_feed`). It dies with the run: SIGTERM at the
+//! end, and the kernel's parent-death signal if the run is killed.
+
+use super::args::RunArgs;
+use crate::backend::driver::ProxyLink;
+use crate::backend::proxy_feed::Feed;
+use crate::cluster::Cluster;
+use crate::core::outcome::Verdict;
+use crate::core::settings::{Admission, ClusterKind, Detection, Named};
+use crate::core::workload::Workload;
+use crate::error::{input, Error};
+use anyhow::{anyhow, Context};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// The class rule's prefix: the run's Premium clients connect with
+/// `application_name=premium`, the others with `freemium`.
+pub const PREMIUM_APP: &str = "premium";
+/// The application_name of the run's Freemium clients.
+pub const FREEMIUM_APP: &str = "freemium";
+
+/// How long the proxy may take to open the cluster and listen.
+const READY_WITHIN: Duration = Duration::from_secs(60);
+
+/// Checks `--via-proxy` against the other flags; returns the flags the
+/// proxy child is started with (`None` without `--via-proxy`).
+pub fn flags(args: &RunArgs, time_scale: f64) -> Result<Option<Vec<String>>, Error> {
+    if !args.via_proxy {
+        return Ok(None);
+    }
+    let c = &args.common;
+    if c.cluster == ClusterKind::Sim {
+        return Err(input("--via-proxy", "needs real servers: --cluster local, docker or external"));
+    }
+    if c.detection == Detection::Oracle {
+        return Err(input(
+            "--via-proxy",
+            "the proxy learns of faults by its own probes; --detection oracle cannot tell it",
+        ));
+    }
+    if args.admission != Admission::None {
+        return Err(input("--via-proxy", "--admission modes needs the replicas' CPU, which the proxy does not sample"));
+    }
+    let mut f: Vec<String> = Vec::new();
+    let mut put = |flag: &str, value: String| f.extend([flag.to_string(), value]);
+    put("--strategy", args.strategy.name().into());
+    put("--mix", args.mix.clone());
+    put("--recovery", args.recovery.name().into());
+    put("--T", c.clients.to_string());
+    put("--replicas", c.replicas.to_string());
+    put("--seed", c.seed.to_string());
+    put("--time-scale", time_scale.to_string());
+    put("--cpus", c.cpus.to_string());
+    put("--detection", c.detection.name().into());
+    put("--probe-interval-ms", c.probe_interval_ms.to_string());
+    let absolute = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    for (flag, value) in [
+        ("--reference", c.reference.clone()),
+        ("--split", c.split.clone()),
+        ("--workload", c.workload.as_deref().map(|p| absolute(p).display().to_string())),
+        ("--calibration", c.calibration.as_deref().map(|p| absolute(p).display().to_string())),
+        ("--load", c.load.map(|x| x.to_string())),
+        ("--theta", c.theta.map(|x| x.to_string())),
+        ("--freemium-borrow", c.freemium_borrow.map(|x| x.name().to_string())),
+    ] {
+        if let Some(v) = value {
+            put(flag, v);
+        }
+    }
+    if c.mixed_unbounded {
+        f.push("--mixed-unbounded".into());
+    }
+    if let Some(a) = args.metrics_addr {
+        f.extend(["--metrics-addr".into(), a.to_string()]);
+    }
+    Ok(Some(f))
+}
+
+/// A libpq key/value DSN for `cfg` (host, port, user, password, dbname).
+fn dsn(cfg: &tokio_postgres::Config) -> String {
+    let quote = |v: &str| match v.is_empty() || v.contains([' ', '\'', '\\']) {
+        true => format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'")),
+        false => v.to_string(),
+    };
+    let mut parts = Vec::new();
+    if let Some(tokio_postgres::config::Host::Tcp(h)) = cfg.get_hosts().first() {
+        parts.push(format!("host={}", quote(h)));
+    }
+    if let Some(p) = cfg.get_ports().first() {
+        parts.push(format!("port={p}"));
+    }
+    if let Some(u) = cfg.get_user() {
+        parts.push(format!("user={}", quote(u)));
+    }
+    if let Some(pw) = cfg.get_password() {
+        parts.push(format!("password={}", quote(&String::from_utf8_lossy(pw))));
+    }
+    if let Some(d) = cfg.get_dbname() {
+        parts.push(format!("dbname={}", quote(d)));
+    }
+    parts.join(" ")
+}
+
+/// The proxy config the child reads: the cluster's replicas, the class
+/// rule on application_name, trust (the clients are the run's own), and
+/// the workload's connect deadline on the replica.
+fn config_text(cluster: &Cluster, w: &Workload) -> String {
+    let dsns: Vec<String> = (0..cluster.replicas()).map(|r| dsn(&cluster.config(r))).collect();
+    let connect_s = w.client.connect_timeout_ms as f64 / 1000.0;
+    format!(
+        "listen = \"127.0.0.1:0\"\ndsns = {}\ndrain_s = 1\nserver_connect_timeout_s = {connect_s}\n\n[class]\nparam = \"application_name\"\npremium_prefix = \"{PREMIUM_APP}\"\n",
+        toml_list(&dsns)
+    )
+}
+
+fn toml_list(items: &[String]) -> String {
+    toml::Value::Array(items.iter().cloned().map(toml::Value::String).collect()).to_string()
+}
+
+/// The running proxy child.
+pub struct ProxyChild {
+    child: Child,
+    /// The config file and the child's stderr log.
+    dir: tempfile::TempDir,
+    /// Where it listens.
+    pub addr: std::net::SocketAddr,
+}
+
+/// Starts the proxy in front of `cluster` with the run's routing `flags`
+/// and waits until it listens; returns it and what the driver needs.
+pub fn start(cluster: &Cluster, flags: &[String], w: &Workload) -> Result<(ProxyChild, ProxyLink), Error> {
+    let dir =
+        tempfile::Builder::new().prefix("plbbench-via-proxy-").tempdir().context("creating a temporary folder")?;
+    let config = dir.path().join("proxy.toml");
+    crate::fsutil::write_atomic(&config, config_text(cluster, w), 0o600).context("writing the proxy config")?;
+    let log = std::fs::File::create(dir.path().join("proxy.log")).context("creating the proxy log")?;
+    let exe = std::env::current_exe().context("finding plbbench's own executable")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("proxy").arg("--config").arg(&config).arg("--feed").args(flags);
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM).map_err(std::io::Error::from)
+        });
+    }
+    let mut child = cmd.spawn().context("starting the proxy process")?;
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let (first_tx, first_rx) = std::sync::mpsc::channel();
+    let (tx, feed) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines().map_while(Result::ok).filter_map(|l| Feed::parse(&l).ok());
+        let _ = first_tx.send(lines.next());
+        for msg in lines {
+            if tx.send(msg).is_err() {
+                break;
+            }
+        }
+    });
+    let mut proxy = ProxyChild { child, dir, addr: "127.0.0.1:0".parse().expect("an address") };
+    let Ok(Some(Feed::Listening { addr, start_unix_s })) = first_rx.recv_timeout(READY_WITHIN) else {
+        let why = proxy.stop_now();
+        return Err(Error::Run(anyhow!("the proxy did not start ({why}); its log: {}", proxy.log_tail())));
+    };
+    proxy.addr = addr;
+    let base = cluster.config(0);
+    let mut cfg = tokio_postgres::Config::new();
+    cfg.host(addr.ip().to_string()).port(addr.port());
+    cfg.user(base.get_user().unwrap_or("postgres"));
+    if let Some(d) = base.get_dbname() {
+        cfg.dbname(d);
+    }
+    let mut premium = cfg.clone();
+    premium.application_name(PREMIUM_APP);
+    cfg.application_name(FREEMIUM_APP);
+    eprintln!("plbbench: clients go through a plbbench proxy process at {addr} (pid {})", proxy.child.id());
+    Ok((proxy, ProxyLink { configs: [premium, cfg], start_unix_s, feed }))
+}
+
+impl ProxyChild {
+    /// What the report says of the proxy.
+    pub fn describe(&self) -> String {
+        format!(
+            "plbbench proxy process at {} (pid {}): it routed every session; roles, probes and events are its own",
+            self.addr,
+            self.child.id()
+        )
+    }
+
+    /// Stops the proxy (SIGTERM, then SIGKILL after its drain and a
+    /// margin); the verdict says whether it lived through the run and
+    /// stopped cleanly.
+    pub fn stop(mut self) -> Verdict {
+        let died = self.child.try_wait().ok().flatten();
+        let how = self.stop_now();
+        let ok = died.is_none() && how == "exit status: 0";
+        let detail = match died {
+            Some(s) => format!("the proxy process exited during the run ({s}); its log: {}", self.log_tail()),
+            None if ok => "the proxy process served the whole run and stopped cleanly on SIGTERM".into(),
+            None => format!("the proxy process did not stop cleanly ({how}); its log: {}", self.log_tail()),
+        };
+        Verdict { name: "proxy".into(), ok, detail }
+    }
+
+    /// SIGTERM, up to 5 s for the drain, then SIGKILL; how it ended.
+    fn stop_now(&mut self) -> String {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        for _ in 0..100 {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return s.to_string();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        self.child.wait().map_or_else(|e| e.to_string(), |s| format!("killed after 5 s ({s})"))
+    }
+
+    /// The last lines of the proxy's stderr, on one line.
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.path().join("proxy.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(5)..].join(" | ")
+    }
+}
+
+impl Drop for ProxyChild {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::commands::run::args::default_run_args;
+    use crate::commands::run::plan::Plan;
+    use clap::Parser;
+
+    /// The proxy child, given [`flags`], builds the run's routing plan.
+    #[test]
+    fn the_child_builds_the_runs_plan() {
+        let mut run = default_run_args();
+        run.via_proxy = true;
+        run.strategy = crate::core::router::Strategy::Plb;
+        run.mix = "40:60".into();
+        run.recovery = crate::core::watch::Recovery::Probation;
+        run.duration = Some(Duration::from_secs(60));
+        run.common.clients = 120;
+        run.common.theta = Some(9);
+        run.common.detection = Detection::Suspicion;
+        run.common.probe_interval_ms = 250;
+        run.common.mixed_unbounded = true;
+        run.common.cpus = 0.5;
+        run.force = true;
+        run.out = Some(std::env::temp_dir().join("plbbench-via-proxy-test"));
+        let ours = Plan::new(run.clone()).unwrap();
+        let f = ours.via_proxy.clone().expect("flags");
+        #[derive(Parser)]
+        struct Wrap {
+            #[command(flatten)]
+            p: crate::commands::proxy::ProxyArgs,
+        }
+        let mut argv = vec!["plbbench".to_string(), "--config".into(), "x.toml".into(), "--feed".into()];
+        argv.extend(f);
+        let args = Wrap::try_parse_from(argv).unwrap().p;
+        let cfg = crate::proxy::config::ProxyConfig::parse(
+            "dsns = ['host=127.0.0.1']\n[class]\nparam = \"application_name\"\npremium_prefix = \"premium\"\n",
+        )
+        .unwrap();
+        let theirs = crate::commands::proxy::plan(&args, &cfg).unwrap();
+        let key =
+            |p: &Plan| format!("{:?}", (&p.router, &p.watch, &p.workload, p.probe_interval, p.time_scale, p.cpus));
+        assert_eq!(key(&theirs), key(&ours));
+    }
+
+    #[test]
+    fn via_proxy_refuses_what_the_proxy_cannot_do() {
+        let mut run = default_run_args();
+        run.via_proxy = true;
+        run.common.cluster = ClusterKind::Sim;
+        assert!(flags(&run, 1.0).unwrap_err().to_string().contains("--via-proxy"));
+        run.common.cluster = ClusterKind::Local;
+        run.common.detection = Detection::Oracle;
+        assert!(flags(&run, 1.0).is_err());
+        run.common.detection = Detection::Probe;
+        run.admission = Admission::Modes;
+        assert!(flags(&run, 1.0).is_err());
+        run.admission = Admission::None;
+        assert!(flags(&run, 1.0).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_dsn_quotes_its_values() {
+        let mut c = tokio_postgres::Config::new();
+        c.host("127.0.0.1").port(5433).user("o'k").password("p w").dbname("plb");
+        let d = dsn(&c);
+        assert_eq!(d, "host=127.0.0.1 port=5433 user='o\\'k' password='p w' dbname=plb");
+        let list: toml::Value = toml::from_str(&format!("x = {}", toml_list(std::slice::from_ref(&d)))).unwrap();
+        assert_eq!(list["x"][0].as_str(), Some(d.as_str()));
+        let back: tokio_postgres::Config = d.parse().unwrap();
+        assert_eq!(back.get_user(), Some("o'k"));
+        assert_eq!(back.get_password(), Some(&b"p w"[..]));
+    }
+}
