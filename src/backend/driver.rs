@@ -25,8 +25,9 @@
 use super::clock;
 use crate::backend::live_metrics::{self, LiveMetrics};
 use crate::backend::proxy_feed::{self, Feed};
+use crate::backend::waiting::{Asked, Control};
 use crate::cluster::{Cluster, Fault};
-use crate::core::control::{Admission, Admitted, ControlEvent, Controller};
+use crate::core::control::{ControlEvent, Controller};
 use crate::core::faults::Open;
 use crate::core::health::Evidence;
 use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
@@ -35,7 +36,6 @@ use crate::core::saturation::{GeneratorLoad, GeneratorReport};
 use crate::core::schedule::Client;
 use crate::core::workload::{QueryTemplate, Workload};
 use crate::error::Signal;
-use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -182,15 +182,6 @@ impl Signals {
     }
 }
 
-/// The run controller and the clients waiting for admission: one owner,
-/// one lock.
-struct Control {
-    c: Controller,
-    /// Clients waiting for admission: where to send their replica (or
-    /// `None` when rejected).
-    waiters: HashMap<u32, tokio::sync::oneshot::Sender<Option<ReplicaId>>>,
-}
-
 /// Shared state of one run.
 struct Ctx {
     start: Instant,
@@ -334,7 +325,7 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
     let ctx = Arc::new(Ctx {
         start: Instant::now(),
         workload: input.workload.clone(),
-        control: Mutex::new(Control { c: input.control, waiters: HashMap::new() }),
+        control: Mutex::new(Control::new(input.control)),
         configs,
         tx,
         stop: stop_rx,
@@ -531,10 +522,7 @@ async fn client(ctx: Arc<Ctx>, id: u32, mut script: Client) -> Option<Class> {
             Err(None) => SessionEnd::Stopped,
         };
         if ctx.routes() {
-            ctx.control(|ctl, now| {
-                let admitted = ctl.c.session_ended(r, class, now);
-                deliver(ctl, admitted, now);
-            });
+            ctx.control(|ctl, now| ctl.ended(r, class, now));
         }
         let now = ctx.now();
         let abort = match end {
@@ -659,19 +647,10 @@ enum Entry {
 /// Asks the controller; a session the gate holds back waits for
 /// [`admit_waiting`] (or a session's end) to admit or reject it.
 async fn admit(ctx: &Ctx, id: u32, class: Class) -> Entry {
-    let asked = ctx.control(|ctl, now| match ctl.c.request(id, class, now) {
-        Admission::Route(r) => Err(Entry::Now(Some(r))),
-        Admission::NoRoute => Err(Entry::Now(None)),
-        Admission::Rejected(_) => Err(Entry::Rejected),
-        Admission::Queued { .. } => {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            ctl.waiters.insert(id, tx);
-            Ok(rx)
-        }
-    });
-    let waiting = match asked {
-        Ok(rx) => rx,
-        Err(entry) => return entry,
+    let waiting = match ctx.control(|ctl, now| ctl.request(id, class, now)) {
+        Asked::Now(r) => return Entry::Now(r),
+        Asked::Rejected(_) => return Entry::Rejected,
+        Asked::Waiting(rx) => rx,
     };
     let mut stop = ctx.stop.clone();
     tokio::select! {
@@ -681,19 +660,6 @@ async fn admit(ctx: &Ctx, id: u32, class: Class) -> Entry {
             Err(_) => Entry::Stopped,
         },
         _ = stop.wait_for(|s| *s) => Entry::Stopped,
-    }
-}
-
-/// Hands the sessions the controller admitted to their waiting clients; a
-/// client no longer waiting (the run stopped) gives its place back, which
-/// may admit others.
-fn deliver(ctl: &mut Control, admitted: Vec<Admitted>, now: f64) {
-    let mut todo = VecDeque::from(admitted);
-    while let Some(a) = todo.pop_front() {
-        let delivered = ctl.waiters.remove(&a.client).is_some_and(|tx| tx.send(Some(a.replica)).is_ok());
-        if !delivered {
-            todo.extend(ctl.c.session_ended(a.replica, a.class, now));
-        }
     }
 }
 
@@ -709,15 +675,7 @@ async fn admit_waiting(ctx: Arc<Ctx>) {
         if !wait_until(&ctx, next).await {
             return;
         }
-        ctx.control(|ctl, now| {
-            let admitted = ctl.c.admit_waiting(now);
-            deliver(ctl, admitted, now);
-            for w in ctl.c.expire_waiting(now) {
-                if let Some(tx) = ctl.waiters.remove(&w.client) {
-                    let _ = tx.send(None);
-                }
-            }
-        });
+        ctx.control(|ctl, now| ctl.admit_and_expire(now));
     }
 }
 
@@ -776,7 +734,7 @@ async fn session(
         }
         let error = match result {
             Ok(Ok(_)) => None,
-            Ok(Err(e)) if e.is_closed() || e.code().is_none() => Some(QueryError::ConnectionLost),
+            Ok(Err(e)) if connection_lost(&e) => Some(QueryError::ConnectionLost),
             Ok(Err(_)) => Some(QueryError::Failed),
             Err(_) => Some(QueryError::Timeout),
         };
@@ -800,6 +758,13 @@ async fn session(
         due = end + script.think_s(w);
     }
     SessionEnd::Completed
+}
+
+/// Whether a query's error means its connection is gone: closed, no
+/// answer code, or SQLSTATE class 08 (connection exception: the 08006 a
+/// `plbbench proxy` sends when the session's replica is lost).
+fn connection_lost(e: &tokio_postgres::Error) -> bool {
+    e.is_closed() || e.code().is_none_or(|c| c.code().starts_with("08"))
 }
 
 /// Prepares a query template; `$1` is typed int8 when it takes a key.

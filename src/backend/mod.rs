@@ -10,4 +10,5 @@ pub(crate) mod driver;
 pub(crate) mod live_metrics;
 pub(crate) mod proxy_feed;
 pub(crate) mod sim;
+pub(crate) mod waiting;
 pub(crate) mod wire;

@@ -20,7 +20,8 @@ pub mod startup;
 
 use crate::backend::live_metrics::{self, LiveMetrics, SessionOutcome};
 use crate::backend::proxy_feed::Feed;
-use crate::core::control::{Admission, ControlEvent, Controller};
+use crate::backend::waiting::{Asked, Control};
+use crate::core::control::{ControlEvent, Controller};
 use crate::core::model::{Class, ReplicaId};
 use bytes::BytesMut;
 use class_rule::ClassRule;
@@ -31,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 use tokio_postgres::Config;
 
 /// What the proxy needs, resolved by the command.
@@ -70,12 +71,6 @@ pub struct ProxyOutcome {
     pub cut: usize,
 }
 
-/// The controller and the sessions waiting for its admission.
-struct Control {
-    c: Controller,
-    waiters: HashMap<u32, oneshot::Sender<Option<ReplicaId>>>,
-}
-
 /// State every connection task shares.
 pub(crate) struct Shared {
     start: Instant,
@@ -102,9 +97,9 @@ impl Shared {
     }
 
     /// Runs `f` on the controller under its lock and prints its events.
-    fn control<T>(&self, f: impl FnOnce(&mut Controller, f64) -> T) -> T {
+    fn control<T>(&self, f: impl FnOnce(&mut Control, f64) -> T) -> T {
         let mut ctl = self.control.lock().expect("control lock");
-        let out = f(&mut ctl.c, self.now());
+        let out = f(&mut ctl, self.now());
         self.log(ctl.c.drain_events());
         out
     }
@@ -136,22 +131,13 @@ impl Shared {
     /// The replica for a new session of `class`, as `run` admits one: at
     /// once, after a wait in the gate's queue, or refused with 53300.
     async fn admit(&self, id: u32, class: Class) -> Result<ReplicaId, Fatal> {
-        let asked = {
-            let mut ctl = self.control.lock().expect("control lock");
-            let a = ctl.c.request(id, class, self.now());
-            self.log(ctl.c.drain_events());
-            match a {
-                Admission::Route(r) => return Ok(r),
-                Admission::NoRoute => return Err(full(class, "no replica can take it now")),
-                Admission::Rejected(why) => return Err(full(class, &format!("refused by admission ({why})"))),
-                Admission::Queued { .. } => {
-                    let (tx, rx) = oneshot::channel();
-                    ctl.waiters.insert(id, tx);
-                    rx
-                }
-            }
+        let waiting = match self.control(|c, now| c.request(id, class, now)) {
+            Asked::Now(Some(r)) => return Ok(r),
+            Asked::Now(None) => return Err(full(class, "no replica can take it now")),
+            Asked::Rejected(why) => return Err(full(class, &format!("refused by admission ({why})"))),
+            Asked::Waiting(rx) => rx,
         };
-        match asked.await {
+        match waiting.await {
             Ok(Some(r)) => Ok(r),
             _ => Err(full(class, "refused by admission (deadline)")),
         }
@@ -159,11 +145,7 @@ impl Shared {
 
     /// A session on `r` ended; hands freed capacity to waiting sessions.
     fn ended(&self, r: ReplicaId, class: Class) {
-        let mut ctl = self.control.lock().expect("control lock");
-        let now = self.now();
-        let admitted = ctl.c.session_ended(r, class, now);
-        deliver(&mut ctl, admitted, now);
-        self.log(ctl.c.drain_events());
+        self.control(|c, now| c.ended(r, class, now));
     }
 
     /// Counts a session's outcome in the metrics.
@@ -202,18 +184,6 @@ fn full(class: Class, why: &str) -> Fatal {
     Fatal::new("53300", format!("plbbench proxy: {} session {why}", class.long()))
 }
 
-/// Hands admitted sessions to their waiting clients; one no longer
-/// waiting gives its place back.
-fn deliver(ctl: &mut Control, admitted: Vec<crate::core::control::Admitted>, now: f64) {
-    let mut todo = std::collections::VecDeque::from(admitted);
-    while let Some(a) = todo.pop_front() {
-        let delivered = ctl.waiters.remove(&a.client).is_some_and(|tx| tx.send(Some(a.replica)).is_ok());
-        if !delivered {
-            todo.extend(ctl.c.session_ended(a.replica, a.class, now));
-        }
-    }
-}
-
 /// Serves clients until SIGINT or SIGTERM, then drains.
 pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
     let listener = TcpListener::from_std(input.listener)?;
@@ -227,7 +197,7 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
     let live = input.metrics.as_ref().map(|_| Arc::new(Mutex::new(LiveMetrics::new())));
     let shared = Arc::new(Shared {
         start,
-        control: Mutex::new(Control { c: input.control, waiters: HashMap::new() }),
+        control: Mutex::new(Control::new(input.control)),
         replicas: input.replicas,
         rule: input.rule,
         users: input.users,
@@ -328,27 +298,20 @@ async fn tick(shared: Arc<Shared>) {
     let mut n = 0u64;
     loop {
         every.tick().await;
-        {
-            let mut ctl = shared.control.lock().expect("control lock");
-            let now = shared.now();
-            let admitted = ctl.c.admit_waiting(now);
-            deliver(&mut ctl, admitted, now);
-            for w in ctl.c.expire_waiting(now) {
-                if let Some(tx) = ctl.waiters.remove(&w.client) {
-                    let _ = tx.send(None);
-                }
-            }
+        let second = n % 50 == 0;
+        shared.control(|ctl, now| {
+            ctl.admit_and_expire(now);
             ctl.c.tick(now);
-            shared.log(ctl.c.drain_events());
-            if n % 50 == 0 {
-                if let Some(live) = &shared.live {
-                    live.lock().expect("metrics lock").refresh(ctl.c.router(), ctl.c.gate());
-                }
-                if shared.feed {
-                    println!("{}", shared.state(&ctl.c).line());
-                }
+            if !second {
+                return;
             }
-        }
+            if let Some(live) = &shared.live {
+                live.lock().expect("metrics lock").refresh(ctl.c.router(), ctl.c.gate());
+            }
+            if shared.feed {
+                println!("{}", shared.state(&ctl.c).line());
+            }
+        });
         n += 1;
     }
 }
@@ -361,9 +324,9 @@ async fn probe(shared: Arc<Shared>, r: ReplicaId, interval: Duration) {
         every.tick().await;
         let began = shared.now();
         let seen = crate::backend::driver::probe_once(&shared.replicas[r.idx()], &mut client, interval).await;
-        shared.control(|c, now| {
-            c.probed(r, seen, began, now);
-            c.tick(now);
+        shared.control(|ctl, now| {
+            ctl.c.probed(r, seen, began, now);
+            ctl.c.tick(now);
         });
     }
 }

@@ -66,8 +66,8 @@ async fn connect(shared: &Shared, r: ReplicaId, startup: &Startup) -> Result<(Tc
             _ => None,
         };
         if let Some(why) = why {
-            shared.control(|c, now| {
-                let _ = c.connect_failed(r, why, now.max(began));
+            shared.control(|ctl, now| {
+                let _ = ctl.c.connect_failed(r, why, now.max(began));
             });
         }
         let f = match e {
@@ -196,12 +196,18 @@ async fn relay(
     first.extend_from_slice(&pending);
     let (mut cbuf, mut sbuf) = (vec![0u8; CHUNK], vec![0u8; CHUNK]);
     let mut stop = shared.terminate.clone();
+    // One wait for the stop for the whole session: made anew in every turn
+    // of the loop, it would register with the shared watch each time.
+    let stopped = super::stopping(&mut stop);
+    tokio::pin!(stopped);
     let began = shared.now();
     let end = if client.write_all(&first).await.is_err() {
         End::Quiet
     } else {
         loop {
             tokio::select! {
+                biased;
+                _ = &mut stopped => break End::Stop,
                 n = client.read(&mut cbuf) => match n {
                     Ok(n) if n > 0 => {
                         upstream.feed(&cbuf[..n]);
@@ -221,11 +227,10 @@ async fn relay(
                     }
                     _ if upstream.terminated => break End::Quiet,
                     _ => {
-                        shared.control(|c, now| c.query_answered(r, Err(QueryError::ConnectionLost), began, now));
+                        shared.control(|ctl, now| ctl.c.query_answered(r, Err(QueryError::ConnectionLost), began, now));
                         break End::Lost;
                     }
                 },
-                _ = super::stopping(&mut stop) => break End::Stop,
             }
         }
     };
