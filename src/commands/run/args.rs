@@ -58,8 +58,8 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value = "text")]
     pub format: crate::commands::Format,
     /// Send the clients through a `plbbench proxy` process started for the run (same routing flags; the proxy
-    /// routes, probes and keeps the roles; the report says so). Real clusters only; not with --detection oracle or
-    /// --admission modes.
+    /// routes, probes and keeps the roles, and serves --metrics-addr; the report says so). Real clusters only; not
+    /// with --detection oracle or --admission modes.
     #[arg(long)]
     pub via_proxy: bool,
     /// Where an external cluster is.
