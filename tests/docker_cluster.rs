@@ -296,6 +296,37 @@ fn cascade_run_on_docker_routes_around_downs_and_down_all_cleans() {
     let cpu: Vec<f64> = f.replicas.iter().filter_map(|r| r["cpu_fraction"].parse().ok()).collect();
     assert!(cpu.iter().any(|&u| u > 0.1), "no CPU measured through the stats API");
 
+    // The same cascade through a proxy child (`run --via-proxy`): the
+    // proxy opens the docker cluster's replicas as an external cluster, its
+    // probes detect both Downs, and the run says it went through it.
+    let out = sb.out().with_extension("via-proxy");
+    let via = plbbench(&[
+        "run",
+        "--cluster",
+        "docker",
+        "--via-proxy",
+        "--faults",
+        "cascade",
+        "--time-scale",
+        "0.1",
+        "--raw",
+        "--checks",
+        "warn",
+        "--progress",
+        "none",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(via.status.success(), "run --via-proxy: {}", String::from_utf8_lossy(&via.stderr));
+    let v = Folder::read(&out);
+    assert_eq!(v.summary["settings"]["cluster"], "docker");
+    assert!(v.summary["settings"]["via_proxy"].as_str().is_some_and(|s| s.starts_with("plbbench proxy process")));
+    let proxy = v.summary["verdicts"].as_array().unwrap().iter().find(|x| x["name"] == "proxy").cloned();
+    assert_eq!(proxy.as_ref().map(|p| p["ok"].clone()), Some(serde_json::Value::Bool(true)), "{proxy:?}");
+    for replica in ["r1", "r2"] {
+        assert!(v.events_of("detect", replica).iter().any(|e| e.1.starts_with("down")), "{replica} not detected");
+    }
+
     // The run leaves the shared cluster as it found it; `down --all` removes every labelled object.
     let status = plbbench(&["cluster", "status", "--backend", "docker"]);
     assert_eq!(String::from_utf8_lossy(&status.stdout).matches(" running ").count(), 5);
