@@ -145,6 +145,9 @@ pub fn start(cluster: &Cluster, flags: &[String], w: &Workload) -> Result<(Proxy
     let mut cmd = Command::new(exe);
     cmd.arg("proxy").arg("--config").arg(&config).arg("--feed").args(flags);
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
+    // Its own process group: a Ctrl-C at the terminal reaches the run,
+    // which drains its clients first and then stops the proxy.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
