@@ -130,7 +130,7 @@ pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
 
 /// `run`'s plan for the proxy's flags: no faults, the config's replicas
 /// when it names them.
-pub(crate) fn plan(args: &ProxyArgs, cfg: &ProxyConfig) -> Result<Plan, Error> {
+fn plan(args: &ProxyArgs, cfg: &ProxyConfig) -> Result<Plan, Error> {
     let mut run = default_run_args();
     run.strategy = args.strategy;
     run.mix = args.mix.clone();
@@ -149,4 +149,49 @@ pub(crate) fn plan(args: &ProxyArgs, cfg: &ProxyConfig) -> Result<Plan, Error> {
         return Err(input("--cluster", "the proxy needs real servers: local, docker or external"));
     }
     Plan::new(run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::settings::Detection;
+    use clap::Parser;
+
+    /// `run --via-proxy`'s child, given the flags the run passes it
+    /// (`run::via_proxy::flags`), builds the run's routing plan.
+    #[test]
+    fn the_child_builds_the_runs_plan() {
+        let mut run = default_run_args();
+        run.via_proxy = true;
+        run.strategy = crate::core::router::Strategy::Plb;
+        run.mix = "40:60".into();
+        run.recovery = crate::core::watch::Recovery::Probation;
+        run.duration = Some(Duration::from_secs(60));
+        run.common.clients = 120;
+        run.common.theta = Some(9);
+        run.common.detection = Detection::Suspicion;
+        run.common.probe_interval_ms = 250;
+        run.common.mixed_unbounded = true;
+        run.common.cpus = 0.5;
+        run.force = true;
+        run.out = Some(std::env::temp_dir().join("plbbench-via-proxy-test"));
+        let ours = Plan::new(run.clone()).unwrap();
+        let f = ours.via_proxy.clone().expect("flags");
+        #[derive(Parser)]
+        struct Wrap {
+            #[command(flatten)]
+            p: ProxyArgs,
+        }
+        let mut argv = vec!["plbbench".to_string(), "--config".into(), "x.toml".into(), "--feed".into()];
+        argv.extend(f);
+        let args = Wrap::try_parse_from(argv).unwrap().p;
+        let cfg = crate::proxy::config::ProxyConfig::parse(
+            "dsns = ['host=127.0.0.1']\n[class]\nparam = \"application_name\"\npremium_prefix = \"premium\"\n",
+        )
+        .unwrap();
+        let theirs = plan(&args, &cfg).unwrap();
+        let key =
+            |p: &Plan| format!("{:?}", (&p.router, &p.watch, &p.workload, p.probe_interval, p.time_scale, p.cpus));
+        assert_eq!(key(&theirs), key(&ours));
+    }
 }

@@ -247,45 +247,6 @@ impl Drop for ProxyChild {
 mod tests {
     use super::*;
     use crate::commands::run::args::default_run_args;
-    use crate::commands::run::plan::Plan;
-    use clap::Parser;
-
-    /// The proxy child, given [`flags`], builds the run's routing plan.
-    #[test]
-    fn the_child_builds_the_runs_plan() {
-        let mut run = default_run_args();
-        run.via_proxy = true;
-        run.strategy = crate::core::router::Strategy::Plb;
-        run.mix = "40:60".into();
-        run.recovery = crate::core::watch::Recovery::Probation;
-        run.duration = Some(Duration::from_secs(60));
-        run.common.clients = 120;
-        run.common.theta = Some(9);
-        run.common.detection = Detection::Suspicion;
-        run.common.probe_interval_ms = 250;
-        run.common.mixed_unbounded = true;
-        run.common.cpus = 0.5;
-        run.force = true;
-        run.out = Some(std::env::temp_dir().join("plbbench-via-proxy-test"));
-        let ours = Plan::new(run.clone()).unwrap();
-        let f = ours.via_proxy.clone().expect("flags");
-        #[derive(Parser)]
-        struct Wrap {
-            #[command(flatten)]
-            p: crate::commands::proxy::ProxyArgs,
-        }
-        let mut argv = vec!["plbbench".to_string(), "--config".into(), "x.toml".into(), "--feed".into()];
-        argv.extend(f);
-        let args = Wrap::try_parse_from(argv).unwrap().p;
-        let cfg = crate::proxy::config::ProxyConfig::parse(
-            "dsns = ['host=127.0.0.1']\n[class]\nparam = \"application_name\"\npremium_prefix = \"premium\"\n",
-        )
-        .unwrap();
-        let theirs = crate::commands::proxy::plan(&args, &cfg).unwrap();
-        let key =
-            |p: &Plan| format!("{:?}", (&p.router, &p.watch, &p.workload, p.probe_interval, p.time_scale, p.cpus));
-        assert_eq!(key(&theirs), key(&ours));
-    }
 
     #[test]
     fn via_proxy_refuses_what_the_proxy_cannot_do() {
