@@ -9,6 +9,6 @@ for b in chromium chromium-browser; do
     fi
 done
 [[ $(id -u) -eq 0 ]] || { echo "install-chromium: must run as root to install chromium" >&2; exit 1; }
-echo "install-chromium: installing Debian's chromium package"
-apt-get update -q
-DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core
+# shellcheck source=lib/quiet.sh
+source "$(dirname "$0")/lib/quiet.sh"
+quiet_apt install-chromium chromium fonts-dejavu-core

@@ -10,7 +10,7 @@ if [[ $(id -u) != 0 ]]; then
     echo "install-docker-deps: debootstrap is missing and this is not root; run as root" >&2
     exit 1
 fi
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq debootstrap >/dev/null
+# shellcheck source=lib/quiet.sh
+source "$(dirname "$0")/lib/quiet.sh"
+quiet_apt install-docker-deps debootstrap
 echo "install-docker-deps: debootstrap installed"

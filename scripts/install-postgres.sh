@@ -6,6 +6,8 @@
 set -euo pipefail
 
 log() { printf 'install-postgres: %s\n' "$*"; }
+# shellcheck source=lib/quiet.sh
+source "$(dirname "$0")/lib/quiet.sh"
 die() { printf 'install-postgres: error: %s\n' "$*" >&2; exit 1; }
 
 # /usr/lib/postgresql/*/bin (Debian's layout), newest version first.
@@ -49,13 +51,11 @@ apt_install() {
     command -v apt-get >/dev/null 2>&1 || die "apt-get not found: install PostgreSQL (server and pgbench) by hand, or set PLBBENCH_PG_BIN to its bin directory"
     [[ $(id -u) -eq 0 ]] || die "must run as root to install packages (try: sudo $0)"
     if [[ $apt_updated -eq 0 ]]; then
-        log "running apt-get update"
-        apt-get update -q || die "apt-get update failed"
+        quiet_step install-postgres "apt-get update (log: $QUIET_LOG)" apt-get update || exit 1
         apt_updated=1
     fi
-    log "installing: $*"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" \
-        || die "apt-get install $* failed"
+    quiet_step install-postgres "installing Debian's $*" \
+        env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" || exit 1
 }
 
 # Debian's postgresql package creates a 'main' cluster on port 5432 and may

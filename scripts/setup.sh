@@ -4,9 +4,13 @@
 # binary, Debian's headless Chromium for the report browser check
 # (tests/browser.rs; PLBBENCH_CHROMIUM=0 skips it) and Debian's Prometheus
 # for the live metrics check (tests/live_metrics.rs). Idempotent: what is
-# already there is left alone.
+# already there is left alone. One line per step: apt's and cargo's output
+# go to target/setup.log (scripts/lib/quiet.sh), whose last lines are
+# printed if a step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib/quiet.sh
+source scripts/lib/quiet.sh
 
 bash scripts/install-postgres.sh
 bash scripts/install-prometheus.sh
@@ -15,5 +19,6 @@ if [[ "${PLBBENCH_CHROMIUM:-1}" == 1 ]]; then
 fi
 command -v cargo >/dev/null 2>&1 || { echo "setup: cargo not found: install Rust (rustup) first" >&2; exit 1; }
 bash scripts/install-docker-deps.sh
-cargo build --release --locked
+quiet_step setup "building target/release/plbbench (cargo build --release --locked; log: $QUIET_LOG)" \
+    cargo build --release --locked
 echo "setup: ready: target/release/plbbench"
