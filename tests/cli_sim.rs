@@ -293,16 +293,15 @@ fn bad_input_is_one_line_with_status_2() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
-/// The reference and the rr-split partitions follow K unless given, and
-/// each flag is read only by the strategy that uses it: K=7 runs with either
-/// strategy and only its own flag.
+/// The reference and the rr-split partitions follow K unless given: K=7
+/// runs with either strategy and its own flag.
 #[test]
-fn k_derives_the_splits_and_each_flag_belongs_to_its_strategy() {
+fn k_derives_the_splits() {
     let cases: [(&[&str], &str, &str); 4] = [
         (&["--strategy", "plb"], "3,1,3", "4:3"),
-        (&["--strategy", "plb", "--reference", "2,3,2", "--split", "9:9"], "2,3,2", "4:3"),
+        (&["--strategy", "plb", "--reference", "2,3,2"], "2,3,2", "4:3"),
         (&["--strategy", "rr-split"], "3,1,3", "4:3"),
-        (&["--strategy", "rr-split", "--split", "5:2", "--reference", "1,1,1"], "3,1,3", "5:2"),
+        (&["--strategy", "rr-split", "--split", "5:2"], "3,1,3", "5:2"),
     ];
     for (extra, reference, split) in cases {
         let dir = tmp("k7");
@@ -316,6 +315,90 @@ fn k_derives_the_splits_and_each_flag_belongs_to_its_strategy() {
         assert_eq!(summary["settings"]["split"], split, "{extra:?}");
         std::fs::remove_dir_all(dir).unwrap();
     }
+}
+
+/// One stderr line and exit status 2, containing `want`.
+fn refused(args: &[&str], want: &str) {
+    let out = plbbench(args);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert_eq!(err.lines().filter(|l| !l.trim().is_empty()).count(), 1, "{args:?}: {err}");
+    assert!(err.contains(want), "{args:?}: expected `{want}` in {err}");
+}
+
+/// Every strategy-specific value is checked against K whatever the
+/// strategy, and a flag the strategy does not read is refused naming the
+/// strategy that reads it (a default is never "given": the plain runs of
+/// `k_derives_the_splits` pass).
+#[test]
+fn strategy_flags_are_checked_whatever_the_strategy() {
+    let run = ["run", "--cluster", "sim", "--quiet", "--out", "/nonexistent-never-written", "--faults", "none"];
+    let cases: [(&[&str], &str); 8] = [
+        (&["--strategy", "plb", "--split", "3:3"], "--split: `3:3` sums to 6, but there are 5 replicas"),
+        (&["--strategy", "plb", "--split", "3:2"], "--split: read only by --strategy rr-split; --strategy is plb"),
+        (&["--strategy", "rr", "--reference", "2,1,2"], "--reference: read only by --strategy plb; --strategy is rr"),
+        (&["--strategy", "rr", "--reference", "2,2,2"], "--reference: `2,2,2` sums to 6"),
+        (&["--strategy", "rr-split", "--theta", "9"], "--theta: read only by --strategy plb; --strategy is rr-split"),
+        (&["--strategy", "lc", "--theta", "0"], "--theta: must be at least 1"),
+        (&["--strategy", "lc", "--mixed-unbounded"], "--mixed-unbounded: read only by --strategy plb"),
+        (&["--strategy", "rr", "--freemium-borrow", "idle"], "--freemium-borrow: read only by --strategy plb"),
+    ];
+    for (extra, want) in cases {
+        refused(&[&run[..], extra].concat(), want);
+    }
+    let exp = ["experiment", "--cluster", "sim", "--quiet", "--out", "/nonexistent-never-written", "--faults", "none"];
+    refused(
+        &[&exp[..], &["--strategies", "rr,lc", "--theta", "9"]].concat(),
+        "--theta: read only by strategy plb, which --strategies does not list",
+    );
+    refused(&[&exp[..], &["--strategies", "plb,rr", "--split", "4:2"]].concat(), "--split: `4:2` sums to 6");
+    assert!(!Path::new("/nonexistent-never-written").exists());
+}
+
+/// A grid that varies the strategy applies a strategy's flags to its runs
+/// only: plb's runs get `--theta` and `--freemium-borrow`, rr-split's the
+/// `--split`, and rr's runs none of them.
+#[test]
+fn a_grid_gives_each_strategy_its_own_flags() {
+    let dir = tmp("grid-flags");
+    let out = plbbench(&[
+        "experiment",
+        "--cluster",
+        "sim",
+        "--quiet",
+        "--out",
+        dir.to_str().unwrap(),
+        "--strategies",
+        "plb,rr-split,rr",
+        "--mixes",
+        "25:75",
+        "--faults",
+        "none",
+        "--repeat",
+        "1",
+        "--T",
+        "200",
+        "--time-scale",
+        "0.1",
+        "--checks",
+        "warn",
+        "--theta",
+        "5",
+        "--split",
+        "4:1",
+        "--freemium-borrow",
+        "never",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let settings = |s: &str| summary_of(&dir.join("runs").join(format!("none-25-75-{s}-r1")))["settings"].clone();
+    let (plb, split, rr) = (settings("plb"), settings("rr-split"), settings("rr"));
+    assert_eq!((plb["theta"].as_u64(), plb["freemium_borrow"].as_str()), (Some(5), Some("never")));
+    assert_eq!(plb["split"], "3:2", "plb's runs do not take --split");
+    assert_eq!(split["split"], "4:1");
+    assert_ne!(split["theta"].as_u64(), Some(5), "rr-split's runs do not take --theta");
+    assert_eq!(rr["split"], "3:2");
+    assert!(rr.get("freemium_borrow").is_none());
+    std::fs::remove_dir_all(dir).unwrap();
 }
 
 /// `--freemium-borrow`: each rule is recorded in the settings, and on a
@@ -364,7 +447,7 @@ fn theta_is_derived_from_the_workload_unless_given() {
     assert_eq!(theta(&[]), 36);
     assert_eq!(theta(&["--T", "500"]), 18, "half the clients, half the sessions per replica");
     assert_eq!(theta(&["--theta", "7"]), 7);
-    // max_connections is sized for every client on one replica (issue 19).
+    // max_connections is sized for every client on one replica (docs/performance.md).
     let max_conn = |extra: &[&str]| settings(extra)["max_connections"].as_u64().unwrap();
     assert_eq!(max_conn(&[]), 1020);
     assert_eq!(max_conn(&["--T", "100"]), 300, "never below PostgreSQL-like 300");

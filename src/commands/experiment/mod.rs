@@ -1,4 +1,4 @@
-//! `plbbench experiment` (design.md §4 "Repeats", issue 5): runs a grid of
+//! `plbbench experiment` (design.md §4 "Repeats"): runs a grid of
 //! strategies x mixes x fault presets x repeats, one ordinary run folder per
 //! cell and repeat, and summarises the repeats as medians with interquartile
 //! ranges (`experiment.json`, `experiment.csv`) and as the paper's figures
@@ -21,7 +21,7 @@
 use super::lists::{closed, parse_list};
 use super::run as run_cmd;
 use super::run::args::{default_run_args, CommonArgs, RunArgs};
-use super::run::plan::{self, Plan};
+use super::run::plan::{self, Plan, StrategyFlag};
 use crate::core::faults;
 use crate::core::model::Class;
 use crate::core::phases::WARMUP;
@@ -125,6 +125,7 @@ pub fn grid(args: &ExperimentArgs, root: &Path) -> Result<Vec<GridRun>, Error> {
     let recoveries: Vec<Recovery> =
         parse_list("--recoveries", &args.recoveries, |s| closed("--recoveries", "value", s))?;
     let loads = parse_loads(&args.loads)?;
+    check_strategy_flags(&args.common, &strategies)?;
     let layers: Vec<(Strategy, Admission, Detection, Recovery)> = strategies
         .iter()
         .flat_map(|&s| admissions.iter().map(move |&a| (s, a)))
@@ -146,6 +147,7 @@ pub fn grid(args: &ExperimentArgs, root: &Path) -> Result<Vec<GridRun>, Error> {
                     let mut a = default_run_args();
                     pass_through(args, &mut a);
                     a.strategy = strategy;
+                    keep_flags_of(strategy, &mut a.common);
                     a.admission = admission;
                     a.common.detection = detection;
                     a.recovery = recovery;
@@ -172,6 +174,26 @@ fn pass_through(e: &ExperimentArgs, a: &mut RunArgs) {
     a.common = e.common.clone();
     a.force = true; // only incomplete runs are executed; they replace their leftovers
     a.common.quiet = true; // the experiment's own bar replaces each run's
+}
+
+/// The strategy-specific flags given: each value checked against K, and
+/// each read by a strategy the grid lists.
+fn check_strategy_flags(c: &CommonArgs, strategies: &[Strategy]) -> Result<(), Error> {
+    plan::check_splits(c)?;
+    match StrategyFlag::ALL.into_iter().find(|f| f.given(c) && !strategies.contains(&f.reader())) {
+        Some(f) => {
+            Err(input(f.flag(), format!("read only by strategy {}, which --strategies does not list", f.reader())))
+        }
+        None => Ok(()),
+    }
+}
+
+/// A grid run's settings keep only the strategy-specific flags its
+/// strategy reads.
+fn keep_flags_of(strategy: Strategy, c: &mut CommonArgs) {
+    for f in StrategyFlag::ALL.into_iter().filter(|f| f.reader() != strategy) {
+        f.clear(c);
+    }
 }
 
 fn parse_strategies(list: &[String]) -> Result<Vec<Strategy>, Error> {

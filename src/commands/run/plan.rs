@@ -248,9 +248,6 @@ impl Plan {
         if let Some(load) = c.load {
             set_load(&mut workload, load, c.clients, premium_pct, c.replicas, c.cpus)?;
         }
-        if c.theta == Some(0) {
-            return Err(input("--theta", "must be at least 1"));
-        }
         if c.max_connections.is_some_and(|n| n < 5) {
             return Err(input("--max-connections", "must be at least 5 (PostgreSQL keeps 3 for superusers)"));
         }
@@ -365,33 +362,133 @@ pub fn default_split(k: usize) -> (usize, usize) {
     (p, k - p)
 }
 
-/// The counts and splits: T, K, the reference and rr-split partitions (each
-/// read from its flag only for the strategy that uses it, else derived from
-/// K), the time scale and the CPU budget.
+/// A flag only some strategies read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StrategyFlag {
+    /// `--reference`: PLB's reference split.
+    Reference,
+    /// `--split`: rr-split's partitions.
+    Split,
+    /// `--theta`: PLB's admission threshold.
+    Theta,
+    /// `--mixed-unbounded` (the hidden `--mixed-bounded` changes nothing).
+    MixedUnbounded,
+    /// `--freemium-borrow`: PLB's borrowing rule.
+    FreemiumBorrow,
+}
+
+impl StrategyFlag {
+    /// Every strategy-specific flag, in `--help`'s order.
+    pub const ALL: [StrategyFlag; 5] = [
+        StrategyFlag::Reference,
+        StrategyFlag::Split,
+        StrategyFlag::Theta,
+        StrategyFlag::MixedUnbounded,
+        StrategyFlag::FreemiumBorrow,
+    ];
+
+    /// The flag as the user types it.
+    pub fn flag(self) -> &'static str {
+        match self {
+            StrategyFlag::Reference => "--reference",
+            StrategyFlag::Split => "--split",
+            StrategyFlag::Theta => "--theta",
+            StrategyFlag::MixedUnbounded => "--mixed-unbounded",
+            StrategyFlag::FreemiumBorrow => "--freemium-borrow",
+        }
+    }
+
+    /// The one strategy that reads it.
+    pub fn reader(self) -> Strategy {
+        match self {
+            StrategyFlag::Split => Strategy::RrSplit,
+            _ => Strategy::Plb,
+        }
+    }
+
+    /// Whether the user gave it (a default is never "given": the values are
+    /// `Option`s and the switches default to off).
+    pub fn given(self, c: &CommonArgs) -> bool {
+        match self {
+            StrategyFlag::Reference => c.reference.is_some(),
+            StrategyFlag::Split => c.split.is_some(),
+            StrategyFlag::Theta => c.theta.is_some(),
+            StrategyFlag::MixedUnbounded => c.mixed_unbounded,
+            StrategyFlag::FreemiumBorrow => c.freemium_borrow.is_some(),
+        }
+    }
+
+    /// Forgets the flag, for a grid's runs of a strategy that does not read it.
+    pub fn clear(self, c: &mut CommonArgs) {
+        match self {
+            StrategyFlag::Reference => c.reference = None,
+            StrategyFlag::Split => c.split = None,
+            StrategyFlag::Theta => c.theta = None,
+            StrategyFlag::MixedUnbounded => c.mixed_unbounded = false,
+            StrategyFlag::FreemiumBorrow => c.freemium_borrow = None,
+        }
+    }
+}
+
+/// Refuses a flag the user gave that `strategy` does not read, naming the
+/// flag and the strategy that reads it (as pgbench refuses options that do
+/// not go together).
+pub fn refuse_unread(c: &CommonArgs, strategy: Strategy) -> Result<(), Error> {
+    match StrategyFlag::ALL.into_iter().find(|f| f.given(c) && f.reader() != strategy) {
+        Some(f) => Err(input(f.flag(), format!("read only by --strategy {}; --strategy is {strategy}", f.reader()))),
+        None => Ok(()),
+    }
+}
+
+/// The values of the strategy-specific flags checked against K whatever
+/// the strategy: the reference split (if given) and rr-split's partitions
+/// (given, or derived from K), each class at least one replica.
+pub fn check_splits(c: &CommonArgs) -> Result<(RoleVector, (usize, usize)), Error> {
+    if c.replicas == 0 {
+        return Err(input("--replicas", "must be at least 1"));
+    }
+    let reference = match &c.reference {
+        Some(s) => parse_reference(s, c.replicas)?,
+        None => default_reference(c.replicas),
+    };
+    let split = match &c.split {
+        Some(s) => {
+            let v = parse_parts("--split", s, ':', 2, c.replicas)?;
+            check_split((v[0], v[1]))?
+        }
+        None => default_split(c.replicas),
+    };
+    if c.theta == Some(0) {
+        return Err(input("--theta", "must be at least 1"));
+    }
+    Ok((reference, split))
+}
+
+/// rr-split's partitions leave each class a replica.
+fn check_split(split: (usize, usize)) -> Result<(usize, usize), Error> {
+    match split {
+        (0, _) | (_, 0) => {
+            let class = if split.0 == 0 { "Premium" } else { "Freemium" };
+            Err(input(
+                "--split",
+                format!("{}:{} leaves {class} no replica; rr-split needs at least one per class", split.0, split.1),
+            ))
+        }
+        ok => Ok(ok),
+    }
+}
+
+/// The counts and splits: T, K, the reference and rr-split partitions
+/// (every given value checked against K; a flag the strategy does not read
+/// refused), the time scale and the CPU budget.
 fn check_numbers(c: &CommonArgs, strategy: Strategy) -> Result<(RoleVector, (usize, usize)), Error> {
     if c.clients == 0 {
         return Err(input("--T", "must be at least 1 client"));
     }
-    if c.replicas == 0 {
-        return Err(input("--replicas", "must be at least 1"));
-    }
-    let reference = match (&c.reference, strategy) {
-        (Some(s), Strategy::Plb) => parse_reference(s, c.replicas)?,
-        _ => default_reference(c.replicas),
-    };
-    let split = match (&c.split, strategy) {
-        (Some(s), Strategy::RrSplit) => {
-            let v = parse_parts("--split", s, ':', 2, c.replicas)?;
-            (v[0], v[1])
-        }
-        _ => default_split(c.replicas),
-    };
-    if strategy == Strategy::RrSplit && (split.0 == 0 || split.1 == 0) {
-        let class = if split.0 == 0 { "Premium" } else { "Freemium" };
-        return Err(input(
-            "--split",
-            format!("{}:{} leaves {class} no replica; rr-split needs at least one per class", split.0, split.1),
-        ));
+    let (reference, split) = check_splits(c)?;
+    refuse_unread(c, strategy)?;
+    if strategy == Strategy::RrSplit {
+        check_split(split)?;
     }
     if !(c.time_scale.is_finite() && c.time_scale > 0.0) {
         return Err(input("--time-scale", format!("must be a positive number, got {}", c.time_scale)));
@@ -536,6 +633,61 @@ mod tests {
             assert_eq!(p + f, k, "K={k}");
             assert!(k < 2 || (p >= 1 && f >= 1), "K={k}: {p}:{f}");
         }
+    }
+
+    fn msg(e: Error) -> String {
+        match e {
+            Error::Input(m) => m,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The defaults are never "given", under any strategy; each flag given
+    /// passes under its reader and is refused, naming the reader, under
+    /// every other strategy.
+    #[test]
+    fn a_flag_the_strategy_does_not_read_is_refused_naming_its_reader() {
+        let none = super::super::args::default_run_args().common;
+        for s in Strategy::ALL {
+            assert!(refuse_unread(&none, s).is_ok(), "{s}: the defaults are not given");
+        }
+        for f in StrategyFlag::ALL {
+            let mut c = none.clone();
+            c.reference = (f == StrategyFlag::Reference).then(|| "2,1,2".into());
+            c.split = (f == StrategyFlag::Split).then(|| "3:2".into());
+            c.theta = (f == StrategyFlag::Theta).then_some(9);
+            c.mixed_unbounded = f == StrategyFlag::MixedUnbounded;
+            c.freemium_borrow =
+                (f == StrategyFlag::FreemiumBorrow).then_some(crate::core::router::FreemiumBorrow::Never);
+            assert!(f.given(&c), "{f:?}");
+            for s in Strategy::ALL {
+                match refuse_unread(&c, s) {
+                    Ok(()) => assert_eq!(s, f.reader(), "{f:?} under {s}"),
+                    Err(e) => {
+                        assert_ne!(s, f.reader());
+                        let want = format!("{}: read only by --strategy {}; --strategy is {s}", f.flag(), f.reader());
+                        assert_eq!(msg(e), want);
+                    }
+                }
+            }
+            f.clear(&mut c);
+            assert!(!f.given(&c), "{f:?} cleared");
+        }
+    }
+
+    /// Values are checked against K before the strategy is considered.
+    #[test]
+    fn values_are_checked_against_k_whatever_the_strategy() {
+        let mut c = super::super::args::default_run_args().common;
+        c.split = Some("3:3".into());
+        assert_eq!(msg(check_splits(&c).unwrap_err()), "--split: `3:3` sums to 6, but there are 5 replicas");
+        c.split = Some("5:0".into());
+        assert!(msg(check_splits(&c).unwrap_err()).starts_with("--split: 5:0 leaves Freemium no replica"));
+        c.split = None;
+        c.reference = Some("2,2,2".into());
+        assert!(msg(check_splits(&c).unwrap_err()).starts_with("--reference: `2,2,2` sums to 6"));
+        c.reference = Some("1,3,1".into());
+        assert_eq!(check_splits(&c).unwrap(), ([1, 3, 1], (3, 2)));
     }
 
     #[test]
