@@ -1,4 +1,4 @@
-//! `plbbench proxy` end to end (issue 20) with clients plbbench did not
+//! `plbbench proxy` end to end (docs/proxy.md) with clients plbbench did not
 //! write: Debian's psql and pgbench against a real five-replica local
 //! cluster (`plbbench cluster up` in a private state directory) through
 //! the proxy. One test, in stages, because the cluster and the proxy are
@@ -15,6 +15,10 @@
 //!   down) the repaired roles still keep the classes apart;
 //! - SIGTERM drains: no new connections, a session past the drain time is
 //!   closed with 57P01, the proxy exits 0.
+//!
+//! A second, small test starts the proxy with no config file in front of
+//! a one-replica cluster: psql is served on loopback (trust, the class from
+//! application_name), and a listen address beyond loopback is refused.
 //!
 //! Needs PostgreSQL with psql and pgbench (scripts/install-postgres.sh).
 
@@ -63,11 +67,15 @@ struct Cluster {
 
 impl Cluster {
     fn up() -> Cluster {
+        Cluster::up_with(5)
+    }
+
+    fn up_with(k: usize) -> Cluster {
         let root =
             std::env::temp_dir().join(format!("plbbench-proxy-{}-{:08x}", std::process::id(), rand::random::<u32>()));
         std::fs::create_dir_all(&root).unwrap();
         let mut c = Cluster { root, ports: Vec::new(), password: String::new() };
-        let out = run_within(c.plbbench(&["cluster", "up", "--replicas", "5"]), Duration::from_secs(180));
+        let out = run_within(c.plbbench(&["cluster", "up", "--replicas", &k.to_string()]), Duration::from_secs(180));
         assert!(out.status.success(), "cluster up: {}", text(&out.stderr));
         for line in text(&out.stdout).lines() {
             let field = |k: &str| line.split_whitespace().find_map(|w| w.strip_prefix(k)).map(str::to_string);
@@ -76,7 +84,7 @@ impl Cluster {
                 c.password = pw;
             }
         }
-        assert_eq!(c.ports.len(), 5, "five DSNs printed: {}", text(&out.stdout));
+        assert_eq!(c.ports.len(), k, "{k} DSNs printed: {}", text(&out.stdout));
         c
     }
 
@@ -651,4 +659,47 @@ fn a_run_through_its_own_proxy() {
         assert!(gone.elapsed() < Duration::from_secs(10), "the proxy child {pid} outlived a killed run");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// No config file: `--listen 0.0.0.0:P` is refused before anything starts
+/// (exit 2, one line); on 127.0.0.1 the documented defaults serve psql
+/// (trust; `application_name` starting with `premium` is Premium, any
+/// other session Freemium, as the proxy's metrics count them).
+#[test]
+fn a_proxy_without_config_serves_loopback_only() {
+    if !have_postgres() {
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(Command::new("psql").arg("--version").output().is_ok_and(|o| o.status.success()), "psql not found");
+    let c = Cluster::up_with(1);
+    let open = run_within(
+        c.plbbench(&["proxy", "--replicas", "1", "--strategy", "rr", "--listen", &format!("0.0.0.0:{}", free_port())]),
+        Duration::from_secs(30),
+    );
+    let err = text(&open.stderr);
+    assert_eq!(open.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--listen") && err.contains("not a loopback address"), "{err}");
+    let (port, metrics) = (free_port(), free_port());
+    let mut cmd = c.plbbench(&["proxy", "--replicas", "1", "--strategy", "rr", "--T", "10"]);
+    cmd.args(["--listen", &format!("127.0.0.1:{port}"), "--metrics-addr", &format!("127.0.0.1:{metrics}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(c.root.join("proxy.stderr")).unwrap());
+    let mut child = cmd.spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let p = Proxy { child, _out: out, port, metrics, stderr: c.root.join("proxy.stderr") };
+    assert!(first.contains(&format!("listening on 127.0.0.1:{port}")) && first.contains("auth trust"), "{first}");
+    for app in ["premium-try", "free-try", ""] {
+        let (ok, rows, err) = p.psql("plbbench", "", app, "SELECT 40 + 2");
+        assert!(ok && rows == "42", "{app:?}: {rows} {err}");
+    }
+    let m = p.scrape();
+    let routed = |class: &str| {
+        m.get(&format!("plbbench_proxy_sessions_total{{class=\"{class}\",replica=\"r1\",outcome=\"routed\"}}")).copied()
+    };
+    assert_eq!((routed("premium"), routed("freemium")), (Some(1.0), Some(2.0)), "{m:?}");
 }

@@ -1,8 +1,9 @@
-//! `plbbench proxy` (issue 20): PLB in front of any PostgreSQL client. The
-//! routing flags are `run`'s and become a plan the same way (strategy,
-//! detection, recovery, admission, theta from --T and --mix), so the proxy
-//! decides with the same run controller; the class rule, the users file
-//! and the limits come from a config file. It opens the cluster as `run`
+//! `plbbench proxy` ([proxy](docs/proxy.md)): PLB in front of any
+//! PostgreSQL client. The routing flags are `run`'s and become a plan the
+//! same way (strategy, detection, recovery, admission, theta from --T and
+//! --mix), so the proxy decides with the same run controller; the class
+//! rule, the users file and the limits come from a config file, whose
+//! defaults (no file) serve a try-out on loopback. It opens the cluster as `run`
 //! does (started for it alone and removed at the end, the one `cluster up`
 //! left, or an external one) and serves until SIGINT or SIGTERM.
 
@@ -19,7 +20,7 @@ use crate::proxy::{serve, ProxyInput};
 use anyhow::Context;
 use clap::Args;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -27,9 +28,10 @@ use std::time::Duration;
 #[derive(Debug, Args)]
 pub struct ProxyArgs {
     /// Proxy config file (TOML): the class rule, the users file, the limits and optionally the replicas (see
-    /// docs/proxy.md).
+    /// docs/proxy.md) [default: none: application_name starting with `premium` is Premium, every other session
+    /// Freemium, no password asked (trust, on a loopback --listen only)].
     #[arg(long, value_name = "FILE")]
-    pub config: PathBuf,
+    pub config: Option<PathBuf>,
     /// Address to accept PostgreSQL clients on [default: the config's `listen`, else 127.0.0.1:6432].
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
@@ -64,18 +66,19 @@ const DEFAULT_LISTEN: &str = "127.0.0.1:6432";
 
 /// Runs the proxy until a signal.
 pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
-    let text = read_text("--config", &args.config)?;
-    let cfg = ProxyConfig::parse(&text).map_err(|e| input("--config", format!("{}: {e}", args.config.display())))?;
+    let cfg = read_config(args.config.as_deref())?;
+    let listen = args.listen.or(cfg.listen).unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("a valid address"));
+    cfg.auth_on(listen).map_err(|e| input("--listen", e))?;
     let users = match &cfg.users_file {
         None => None,
         Some(p) => {
-            let path = args.config.parent().unwrap_or(std::path::Path::new(".")).join(p);
+            let folder = args.config.as_deref().and_then(Path::parent).unwrap_or(Path::new("."));
+            let path = folder.join(p);
             let text = read_text("users_file", &path)?;
             Some(parse_users(&text).map_err(|e| input("users_file", format!("{}: {e}", path.display())))?)
         }
     };
     let plan = plan(&args, &cfg)?;
-    let listen = args.listen.or(cfg.listen).unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("a valid address"));
     let listener = std::net::TcpListener::bind(listen)
         .and_then(|l| l.set_nonblocking(true).map(|_| l))
         .map_err(|e| input("--listen", format!("cannot listen on {listen}: {e}")))?;
@@ -126,6 +129,16 @@ pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
     drop(cluster);
     eprintln!("plbbench proxy: stopped: {} sessions served, {} closed at the drain deadline", out.sessions, out.cut);
     Ok(())
+}
+
+/// The config file, or the defaults when there is none.
+fn read_config(path: Option<&Path>) -> Result<ProxyConfig, Error> {
+    let text = match path {
+        Some(p) => read_text("--config", p)?,
+        None => String::new(),
+    };
+    let name = path.map_or("(no file)".to_string(), |p| p.display().to_string());
+    ProxyConfig::parse(&text).map_err(|e| input("--config", format!("{name}: {e}")))
 }
 
 /// `run`'s plan for the proxy's flags: no faults, the config's replicas

@@ -1,4 +1,4 @@
-//! Which class a proxied session belongs to (issue 20): a rule on one
+//! Which class a proxied session belongs to ([proxy](docs/proxy.md)): a rule on one
 //! startup parameter, as operators already tag sessions (`application_name`
 //! set by the application, a user per tier, or a database per tier). A
 //! value that starts with the rule's prefix is Premium; any other, or a
@@ -30,13 +30,18 @@ impl Param {
     }
 }
 
-/// `[class]` of a proxy config: `param`, `premium_prefix`, `default`.
+/// `[class]` of a proxy config: `param`, `premium_prefix`, `default`; each
+/// has a default, so a proxy runs without a config: `application_name`
+/// starting with `premium` is Premium, every other session Freemium.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClassRule {
-    /// The parameter read.
+    /// The parameter read [default: application_name].
+    #[serde(default = "application_name")]
     pub param: Param,
-    /// A value starting with this (case-sensitive, not empty) is Premium.
+    /// A value starting with this (case-sensitive, not empty) is Premium
+    /// [default: premium].
+    #[serde(default = "premium")]
     pub premium_prefix: String,
     /// The class of every other session.
     #[serde(default = "freemium")]
@@ -45,6 +50,20 @@ pub struct ClassRule {
 
 fn freemium() -> Class {
     Class::F
+}
+
+fn application_name() -> Param {
+    Param::ApplicationName
+}
+
+fn premium() -> String {
+    "premium".into()
+}
+
+impl Default for ClassRule {
+    fn default() -> ClassRule {
+        ClassRule { param: application_name(), premium_prefix: premium(), default: freemium() }
+    }
 }
 
 impl ClassRule {
@@ -85,6 +104,15 @@ mod tests {
         assert_eq!(by_db.classify(&start(&[("user", "gold_app"), ("database", "shared")])), Class::F);
         let empty = rule("param = \"user\"\npremium_prefix = \"\"\ndefault = \"P\"").unwrap();
         assert_eq!(empty.classify(&start(&[("user", "x")])), Class::P, "an empty prefix matches nothing");
+    }
+
+    #[test]
+    fn an_empty_rule_is_the_documented_default() {
+        let r = rule("").unwrap();
+        assert_eq!(r, ClassRule::default());
+        assert_eq!((r.param, r.premium_prefix.as_str(), r.default), (Param::ApplicationName, "premium", Class::F));
+        assert_eq!(r.classify(&start(&[("user", "u"), ("application_name", "premium-web")])), Class::P);
+        assert_eq!(r.classify(&start(&[("user", "premium")])), Class::F);
     }
 
     #[test]

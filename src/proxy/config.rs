@@ -1,15 +1,30 @@
-//! The proxy's config file (issue 20), validated as the workload is: TOML,
-//! every key known (an unknown one is refused with its line and field), and
-//! PgBouncer's users file (`"name" "secret"` per line) it may point to.
-//! Pure: text in, typed settings or a one-line error out.
+//! The proxy's config file (docs/proxy.md, "The config file"), validated as
+//! the workload is: TOML, every key known (an unknown one is refused with
+//! its line and field), every key with a default (no file is an empty one);
+//! PgBouncer's users file (`"name" "secret"` per line) it may point to; and
+//! the rule that keeps trust authentication on loopback unless the file
+//! says `auth = "trust"`. Pure: text in, typed settings or a one-line error
+//! out.
 
 use super::class_rule::ClassRule;
 use super::scram::Secret;
 use serde::Deserialize;
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
-/// `plbbench proxy --config FILE`.
+/// `auth`: how clients log in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub enum Auth {
+    /// No password asked, on any listen address (PgBouncer's `auth_type = trust`).
+    #[serde(rename = "trust")]
+    Trust,
+    /// SCRAM-SHA-256 against `users_file`.
+    #[serde(rename = "scram-sha-256")]
+    ScramSha256,
+}
+
+/// `plbbench proxy --config FILE`; no file: `ProxyConfig::parse("")`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProxyConfig {
@@ -22,7 +37,12 @@ pub struct ProxyConfig {
     /// PgBouncer's `auth_file` format; absent: clients are not asked for a
     /// password (trust), as PgBouncer's `auth_type = trust`.
     pub users_file: Option<PathBuf>,
-    /// How a session's class is read from its startup packet.
+    /// How clients log in [default: scram-sha-256 with a users file, else
+    /// trust, on a loopback address only].
+    pub auth: Option<Auth>,
+    /// How a session's class is read from its startup packet [default:
+    /// `application_name` starting with `premium`, else Freemium].
+    #[serde(default)]
     pub class: ClassRule,
     /// A client must finish its startup and authentication within this.
     #[serde(default = "login_timeout_s")]
@@ -63,7 +83,26 @@ impl ProxyConfig {
         if c.class.premium_prefix.is_empty() {
             return Err("class.premium_prefix: must not be empty".into());
         }
-        Ok(c)
+        match (c.auth, &c.users_file) {
+            (Some(Auth::Trust), Some(_)) => Err("auth: \"trust\" asks no password; remove users_file or auth".into()),
+            (Some(Auth::ScramSha256), None) => Err("auth: \"scram-sha-256\" needs a users_file".into()),
+            _ => Ok(c),
+        }
+    }
+
+    /// How clients listening on `listen` log in: SCRAM with a users file;
+    /// without one, trust, but only on a loopback address unless the file
+    /// says `auth = "trust"` (else anyone who reaches the port is let in).
+    pub fn auth_on(&self, listen: SocketAddr) -> Result<Auth, String> {
+        match (self.users_file.is_some(), self.auth) {
+            (true, _) => Ok(Auth::ScramSha256),
+            (false, Some(a)) => Ok(a),
+            (false, None) if listen.ip().is_loopback() => Ok(Auth::Trust),
+            (false, None) => Err(format!(
+                "{listen} is not a loopback address and there is no users_file, so anyone could log in without \
+                 a password; name a users_file in --config, or set auth = \"trust\" there to allow it"
+            )),
+        }
     }
 }
 
@@ -134,7 +173,39 @@ mod tests {
         assert!(e.contains("listen"), "{e}");
         let e = ProxyConfig::parse("[class]\nparam = \"user\"\npremium_prefix = \"\"\n").unwrap_err();
         assert!(e.contains("premium_prefix"), "{e}");
-        assert!(ProxyConfig::parse("").unwrap_err().contains("class"));
+        let e = ProxyConfig::parse("auth = \"md5\"\n").unwrap_err();
+        assert!(e.contains("auth") && e.contains("md5"), "{e}");
+        let e = ProxyConfig::parse("auth = \"trust\"\nusers_file = \"u.txt\"\n").unwrap_err();
+        assert!(e.starts_with("auth:"), "{e}");
+        let e = ProxyConfig::parse("auth = \"scram-sha-256\"\n").unwrap_err();
+        assert!(e.starts_with("auth:") && e.contains("users_file"), "{e}");
+    }
+
+    #[test]
+    fn no_file_is_the_documented_defaults() {
+        let c = ProxyConfig::parse("").unwrap();
+        assert_eq!(c.class, ClassRule::default());
+        assert!(c.users_file.is_none() && c.auth.is_none() && c.listen.is_none() && c.dsns.is_empty());
+    }
+
+    /// Trust stays on loopback unless the file says so; a users file is
+    /// SCRAM on any address.
+    #[test]
+    fn trust_only_on_loopback_unless_the_file_says_so() {
+        let at = |a: &str| a.parse::<SocketAddr>().unwrap();
+        let none = ProxyConfig::parse("").unwrap();
+        for ok in ["127.0.0.1:6432", "127.8.9.1:1", "[::1]:6432"] {
+            assert_eq!(none.auth_on(at(ok)), Ok(Auth::Trust), "{ok}");
+        }
+        for open in ["0.0.0.0:6432", "[::]:6432", "192.168.1.5:6432"] {
+            let e = none.auth_on(at(open)).unwrap_err();
+            assert!(e.contains("not a loopback address") && e.contains("auth = \"trust\""), "{e}");
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
+        let said = ProxyConfig::parse("auth = \"trust\"\n").unwrap();
+        assert_eq!(said.auth_on(at("0.0.0.0:6432")), Ok(Auth::Trust));
+        let users = ProxyConfig::parse("users_file = \"u.txt\"\n").unwrap();
+        assert_eq!(users.auth_on(at("0.0.0.0:6432")), Ok(Auth::ScramSha256));
     }
 
     #[test]

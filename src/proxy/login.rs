@@ -1,4 +1,4 @@
-//! A client's way in (issue 20): its startup packets (SSL and GSS requests
+//! A client's way in ([proxy](docs/proxy.md)): its startup packets (SSL and GSS requests
 //! answered `N`, a cancel request passed to the replica that owns the key),
 //! then SCRAM-SHA-256 against the users file, or trust without one. Each
 //! failure gets the FATAL ErrorResponse a PostgreSQL server would send.

@@ -1,4 +1,4 @@
-//! `plbbench proxy` (issue 20): a session-level PostgreSQL router that puts
+//! `plbbench proxy` ([proxy](docs/proxy.md)): a session-level PostgreSQL router that puts
 //! PLB in front of clients plbbench did not write (psql, pgbench,
 //! applications). A session's class comes from its startup packet
 //! ([`class_rule`]); the proxy authenticates the client itself

@@ -1,4 +1,4 @@
-//! One proxied session after its client logged in (issue 20): the run
+//! One proxied session after its client logged in ([proxy](docs/proxy.md)): the run
 //! controller picks the replica (queueing or refusing as `run` would), the
 //! proxy logs into it with the cluster's credentials, hands the client the
 //! server's AuthenticationOk, parameters and key, then copies bytes both

@@ -1,5 +1,5 @@
 //! The server side of SCRAM-SHA-256 (RFC 5802, RFC 7677) as PostgreSQL
-//! speaks it (issue 20): the proxy authenticates its clients itself, as
+//! speaks it ([proxy](docs/proxy.md)): the proxy authenticates its clients itself, as
 //! PgBouncer and PgCat do, against secrets from a users file. A secret is
 //! either PostgreSQL's stored form (`SCRAM-SHA-256$<iterations>:<salt>$
 //! <StoredKey>:<ServerKey>`, what `pg_authid.rolpassword` holds) or a

@@ -1,4 +1,4 @@
-//! The first bytes a PostgreSQL client sends (issue 20: `plbbench proxy`),
+//! The first bytes a PostgreSQL client sends (`plbbench proxy`, docs/proxy.md),
 //! read as the server reads them (`ProcessStartupPacket` in PostgreSQL's
 //! `backend_startup.c`): a length-prefixed packet that is an SSL or GSS
 //! encryption request, a cancel request, or a startup message with the
