@@ -199,7 +199,8 @@ fn every_committed_example_folder_compares_and_archives() {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/examples");
     let mut folders = Vec::new();
     result_folders(&examples, &mut folders);
-    assert!(folders.len() >= 150, "found {} folders", folders.len());
+    // Every format version and kind is there (report::summary's test checks it).
+    assert!(folders.len() >= 100, "found {} folders", folders.len());
     let mut bad = Vec::new();
     for f in &folders {
         let d = f.to_str().unwrap();

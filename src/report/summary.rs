@@ -52,7 +52,7 @@ pub struct Settings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub freemium_borrow: Option<crate::core::router::FreemiumBorrow>,
     /// `max_connections` of every replica of a cluster the run started and
-    /// the simulator's limit (sized for T, issue 19); absent for an
+    /// the simulator's limit (sized for T: docs/performance.md); absent for an
     /// external cluster or one `plbbench cluster up` left running (they
     /// keep their own) and in files from before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -153,16 +153,16 @@ pub struct Summary {
     /// task had stopped. Bounded by the connect and query deadlines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_overrun_s: Option<f64>,
-    /// The recovery ledger: one entry per Down or Pause (issue 9).
+    /// The recovery ledger: one entry per Down or Pause (docs/resilience.md, "The recovery ledger").
     #[serde(default)]
     pub recovery: Vec<crate::core::recovery::Entry>,
     /// How often the detector suspected or removed a replica, and how many
-    /// of those had no fault open: false suspicions (issue 9). `None` in a
+    /// of those had no fault open: false suspicions (docs/resilience.md). `None` in a
     /// summary.json from before this field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detector: Option<crate::core::recovery::Suspicions>,
     /// Real backends: plbbench's own CPU, schedule lag and memory, and
-    /// whether the generator was saturated (issue 7's guard).
+    /// whether the generator was saturated (the generator guard of docs/manual.md, "Run validity checks").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generator: Option<crate::core::saturation::GeneratorReport>,
 }
@@ -185,13 +185,45 @@ mod tests {
     use std::path::{Path, PathBuf};
 
     fn summaries(dir: &Path, out: &mut Vec<PathBuf>) {
+        files_named(dir, "summary.json", out)
+    }
+
+    fn files_named(dir: &Path, name: &str, out: &mut Vec<PathBuf>) {
         for e in std::fs::read_dir(dir).unwrap().flatten() {
             let p = e.path();
             if p.is_dir() {
-                summaries(&p, out);
-            } else if p.file_name().is_some_and(|n| n == "summary.json") {
+                files_named(&p, name, out);
+            } else if p.file_name().is_some_and(|n| n == name) {
                 out.push(p);
             }
+        }
+    }
+
+    /// The examples keep a fixture of every format a reader must accept:
+    /// summary.json and experiment.json at each version from 0
+    /// (unversioned) to the one this plbbench writes, and runs of both the
+    /// simulator and a real cluster; a pruning of reports/examples that
+    /// dropped the last of one fails here.
+    #[test]
+    fn the_examples_hold_every_version_and_kind() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/examples");
+        let mut seen = std::collections::BTreeSet::new();
+        for name in ["summary.json", "experiment.json"] {
+            let mut files = Vec::new();
+            files_named(&root, name, &mut files);
+            for f in files {
+                let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+                seen.insert(format!("{name} v{}", v["schema_version"].as_u64().unwrap_or(0)));
+                if let Some(cluster) = v["settings"]["cluster"].as_str().filter(|_| name == "summary.json") {
+                    seen.insert(format!("{name} {}", if cluster == "sim" { "sim" } else { "real" }));
+                }
+            }
+        }
+        let mut want = vec!["summary.json real".to_string(), "summary.json sim".to_string()];
+        want.extend((0..=crate::report::version::SUMMARY).map(|v| format!("summary.json v{v}")));
+        want.extend((0..=crate::report::version::EXPERIMENT).map(|v| format!("experiment.json v{v}")));
+        for w in &want {
+            assert!(seen.contains(w), "no example with {w}; found {seen:?}");
         }
     }
 
