@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The nightly regression job (issue 5). Builds plbbench (scripts/setup.sh),
+# The nightly regression job (docs/manual.md, "Nightly regression job"). Builds plbbench (scripts/setup.sh),
 # then:
 #   1. runs the simulator's full paper grid (4 strategies x 3 mixes x
 #      2 presets x 5 repeats, T=1000; deterministic, a few seconds) and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every benchmark of issues 7 and 19 in turn, each printing its own table:
+# Every benchmark of docs/performance.md in turn, each printing its own table:
 # the router micro-benchmarks (criterion medians), the simulator and its
 # memory (scripts/bench-sim.sh), plbbench bench against pgbench
 # (scripts/bench-vs-pgbench.sh), the generator's CPU and system calls per

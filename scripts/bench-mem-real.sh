@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Memory of real runs with every session held open (issues 7 and 19):
+# Memory of real runs with every session held open (docs/performance.md):
 # `plbbench run --cluster local --workload workloads/held-sessions.toml`
 # (each client holds one connection for the whole 120 s run, 4 s thinks,
 # about 38% of the cluster's CPU; the run sizes max_connections for T) at

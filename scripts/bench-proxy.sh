@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The cost of `plbbench proxy` (issue 20), with PgBouncer as the reference:
+# The cost of `plbbench proxy` (docs/proxy.md), with PgBouncer as the reference:
 # one local PostgreSQL server without a CPU quota (scripts/lib/pgbench-
 # server.sh: loopback, trust, fsync off, removed on exit), `pgbench -i -s
 # SCALE`, then `plbbench proxy` in front of it (an external cluster of one

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Simulator and memory benchmarks (issue 7), on whole release-build
+# Simulator and memory benchmarks (docs/performance.md), on whole release-build
 # processes (report writing included), medians of N repeats:
 #   1. the full paper grid: `plbbench experiment --cluster sim` (4 strategies
 #      x 3 mixes x 2 presets x 5 repeats, T=1000, 300 simulated s each);
 #   2. one cascade run at T = 1k, 10k, 100k clients (cost vs T), with the
 #      peak RSS of each (memory target: T=100k in <= 1 GiB);
-#   3. cost vs run length (issue 19): one cascade run at T=1k and at T=10k
+#   3. cost vs run length (docs/performance.md, "The simulator's cost"): one cascade run at T=1k and at T=10k
 #      for 300, 600, 1200, 2400 simulated s (--time-scale 1, 2, 4, 8: the
 #      same timeline stretched), with the wall time per simulated second,
 #      the work simulated (queries sent plus sessions started, from

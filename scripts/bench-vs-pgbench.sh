@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# plbbench bench against pgbench, side by side (issues 7 and 19): one local
+# plbbench bench against pgbench, side by side (docs/performance.md): one local
 # PostgreSQL server without a CPU quota in a temporary directory (loopback
 # only, trust auth, fsync off, removed on exit), `pgbench -i -s SCALE`, then
 # for each protocol (prepared, simple) and client count (16, 64) PAIRS pairs

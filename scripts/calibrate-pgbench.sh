@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The pgbench cross-check of `plbbench calibrate` (issue 16): an independent
+# The pgbench cross-check of `plbbench calibrate` (docs/measurement.md, "Calibration"): an independent
 # client measures the same costs on the same kind of replica. Brings up one
 # local replica of the default dataset under a C-core quota with `plbbench
 # cluster up` (in a private state directory, taken down on exit), then with

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where the generator spends per query what pgbench does not (issue 19):
+# Where the generator spends per query what pgbench does not (docs/performance.md):
 # against one local server (scripts/lib/pgbench-server.sh), `pgbench -S -M
 # MODE -c N -j 2` and the equivalent `plbbench bench` (`--prepared` for the
 # prepared protocol) run

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The paper's cascade with clients plbbench did not write (issue 20): a
+# The paper's cascade with clients plbbench did not write (docs/proxy.md): a
 # five-replica local cluster (`plbbench cluster up`, 0.3 cores each, in a
 # private state directory, removed on exit), `pgbench -i -s 1` on every
 # replica, then per strategy `plbbench proxy --strategy S` in front of it

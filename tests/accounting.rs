@@ -1,7 +1,8 @@
 //! A run whose books do not balance fails with exit status 1 and writes
-//! nothing (issue 4): the accounting check sits between the backend and the
-//! writer, so a backend that loses track of a session can never ship a
-//! report that does not add up.
+//! nothing (docs/manual.md, "Bad input, failed runs and signals"): the
+//! accounting check sits between the backend and the writer, so a backend
+//! that loses track of a session can never ship a report that does not add
+//! up.
 
 use plbbench::commands::run::args::default_run_args;
 use plbbench::commands::run::launch;

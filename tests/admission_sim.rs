@@ -1,4 +1,4 @@
-//! `--admission modes` on the simulator, through the real binary (issue 8):
+//! `--admission modes` on the simulator, through the real binary (docs/resilience.md):
 //! with thresholds low enough to reach Survival, the per-replica session
 //! limit really bounds every replica, sessions of both classes are queued
 //! and rejected, the books balance (the run exits 0 only if they do), and

@@ -1,4 +1,4 @@
-//! `plbbench bench` (issue 7) through the real binary against one real local
+//! `plbbench bench` (docs/performance.md) through the real binary against one real local
 //! PostgreSQL server (a one-replica cluster of the local backend, tiny
 //! dataset, removed at the end): the closed loop completes queries on every
 //! connection without errors and reports ordered percentiles; the open loop

@@ -1,4 +1,4 @@
-//! Browser check (issue 5): the report.html of a run and of an experiment,
+//! Browser check (docs/testing.md): the report.html of a run and of an experiment,
 //! a compare page and the archive page open in a real headless Chromium
 //! (Debian's `chromium`) 1280 px wide with no console error, no failed
 //! resource, every figure's chart drawn at a real size and no table

@@ -1,4 +1,4 @@
-//! Cluster tier, docker backend (issue 6), against this machine's real
+//! Cluster tier, docker backend (docs/backends.md, "Docker"), against this machine's real
 //! Docker Engine: the registry-free image, a five-container cluster whose
 //! CPU limits read back through the API as asked, identical data on every
 //! replica, every fault kind applied and observed (Down refuses, Rejoin

@@ -1,13 +1,14 @@
-//! Run tier, external backend (issue 6): a cluster that plbbench did not
-//! start for the run. The test starts one itself (`plbbench cluster up
-//! --backend local`), then drives it as an external cluster through a
-//! cluster file whose fault commands really stop and start its servers
-//! (`plbbench cluster fault down r1`, run as argv) and whose CPU sampler is
-//! `plbbench cluster cpu r1`. A time-scaled `cascade` run must write a
-//! complete, consistent folder, record each command's exit status and
-//! output in events.csv, see the Downs and route around them; a run without
-//! a sampler must say CPU is unavailable; a replica without the dataset is
-//! refused. Needs PostgreSQL (see tests/common); about 1.5 minutes.
+//! Run tier, external backend (docs/backends.md, "External clusters"): a
+//! cluster that plbbench did not start for the run. The test starts one
+//! itself (`plbbench cluster up --backend local`), then drives it as an
+//! external cluster through a cluster file whose fault commands really stop
+//! and start its servers (`plbbench cluster fault down r1`, run as argv)
+//! and whose CPU sampler is `plbbench cluster cpu r1`. A time-scaled
+//! `cascade` run must write a complete, consistent folder, record each
+//! command's exit status and output in events.csv, see the Downs and route
+//! around them; a run without a sampler must say CPU is unavailable; a
+//! replica without the dataset is refused. Needs PostgreSQL (see
+//! tests/common); about 1.5 minutes.
 
 mod common;
 use common::have_postgres;

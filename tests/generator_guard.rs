@@ -1,13 +1,14 @@
-//! Run tier, issue 7: the generator saturation guard in a real local run.
-//! Two short runs of `plbbench run --cluster local --faults none` at time
-//! scale 0.1 (30 s, T=1000) through the real binary against real
-//! PostgreSQL: a normal one, whose summary.json carries a `generator` block
-//! that is not saturated and a passing verdict; and one whose generator is
-//! starved of CPU on purpose (the test-only `PLBBENCH_TEST_GENERATOR_BURN_MS`
-//! busy-spins inside the client loop before every session start and query,
-//! as an overloaded generator would), which must be flagged in summary.json,
-//! in the verdict list and with a banner in report.html, from what plbbench
-//! measured of itself (its CPU and the other clients' schedule lag).
+//! Run tier (docs/manual.md, "Run validity checks"): the generator
+//! saturation guard in a real local run. Two short runs of `plbbench run
+//! --cluster local --faults none` at time scale 0.1 (30 s, T=1000) through
+//! the real binary against real PostgreSQL: a normal one, whose
+//! summary.json carries a `generator` block that is not saturated and a
+//! passing verdict; and one whose generator is starved of CPU on purpose
+//! (the test-only `PLBBENCH_TEST_GENERATOR_BURN_MS` busy-spins inside the
+//! client loop before every session start and query, as an overloaded
+//! generator would), which must be flagged in summary.json, in the verdict
+//! list and with a banner in report.html, from what plbbench measured of
+//! itself (its CPU and the other clients' schedule lag).
 //!
 //! Needs PostgreSQL's server binaries; `PLBBENCH_SKIP_PG=1` skips.
 

@@ -1,4 +1,4 @@
-//! Gray failures on the simulator (issue 9), through the real binary: a
+//! Gray failures on the simulator (docs/resilience.md, "Gray faults"), through the real binary: a
 //! Slow replica gets its fraction of the CPU budget and its queries slow
 //! down until Restore gives the budget back; a Partitioned one answers
 //! nothing until Heal, and is detected like a paused one. Every gray fault

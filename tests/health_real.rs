@@ -1,4 +1,4 @@
-//! The health state machine (`--detection suspicion`, issue 9) on a real
+//! The health state machine (`--detection suspicion`, docs/resilience.md) on a real
 //! local cluster: heavy load alone removes no replica, and a SIGSTOPped
 //! replica walks SUSPECT -> ISOLATED -> RECOVERING -> HEALTHY with every
 //! transition in events.csv, at times the faults allow, with the recovery

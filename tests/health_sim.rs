@@ -1,4 +1,4 @@
-//! The health state machine (`--detection suspicion`, issue 9) on the
+//! The health state machine (`--detection suspicion`, docs/resilience.md) on the
 //! simulator, through the real binary: heavy load alone isolates nothing,
 //! and a paused replica walks SUSPECT -> ISOLATED -> RECOVERING -> HEALTHY
 //! with every transition in events.csv, at the times the faults allow; the

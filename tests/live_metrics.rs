@@ -1,4 +1,4 @@
-//! `--metrics-addr` end to end (issue 8): a real `plbbench run --cluster
+//! `--metrics-addr` end to end (docs/resilience.md): a real `plbbench run --cluster
 //! local --admission modes --faults cascade` at `--time-scale 0.2` (60 s)
 //! is scraped over HTTP every 0.5 s while it runs. Every scrape must carry
 //! the degradation and router metrics with plausible values (modes 0..3,

@@ -1,4 +1,4 @@
-//! Run tier, gray faults and secrets (issue 4): a replica that hangs never
+//! Run tier, gray faults and secrets (docs/backends.md, "Local"): a replica that hangs never
 //! hangs plbbench, and the cluster's generated password stays in its state
 //! file. One real time-scaled run pauses r2 (SIGSTOP: the process lives,
 //! nothing answers) and never resumes it, so sessions, probes and

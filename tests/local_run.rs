@@ -254,7 +254,7 @@ fn fault_run_writes_a_complete_consistent_folder() {
     assert_eq!(f.replicas.len() % K, 0, "replicas.csv: a sample without every replica");
     let run = fault_run();
     assert_eq!(env["cpu_budget_enforced"].as_bool(), Some(!run.seen.cgroups.is_empty()), "{:?}", run.seen);
-    // The saturation guard's block (issue 7); whether it is saturated
+    // The saturation guard's block (docs/manual.md, "Run validity checks"); whether it is saturated
     // depends on the machine, tests/generator_guard.rs checks the verdict.
     let g = &s["generator"];
     assert!(g["saturated"].is_boolean() && g["lag_samples"].as_u64().is_some_and(|n| n > 100), "{g}");

@@ -1,13 +1,14 @@
-//! `--metrics-addr` (issue 8): Prometheus metrics served during a real run,
-//! so an operator can watch the degradation mode and the router as they
-//! change. The text encoding is prometheus-client's (OpenMetrics text); the
-//! server is a minimal HTTP/1.1 responder on a tokio listener that answers
-//! `GET /metrics` and closes each connection. The driver refreshes the
-//! router and gate values once per second; every query that ends is
-//! counted per class and outcome, and its latency (from the intended
-//! start, as the run's figures) goes into a per-class histogram, so a
-//! Prometheus can draw goodput and p95 while the run goes
-//! (docs/grafana/plbbench.json).
+//! `--metrics-addr` ([admission
+//! modes](docs/resilience.md#graceful-degradation-admission-modes) names
+//! its gauges): Prometheus metrics served during a real run, so an operator
+//! can watch the degradation mode and the router as they change. The text
+//! encoding is prometheus-client's (OpenMetrics text); the server is a
+//! minimal HTTP/1.1 responder on a tokio listener that answers `GET
+//! /metrics` and closes each connection. The driver refreshes the router
+//! and gate values once per second; every query that ends is counted per
+//! class and outcome, and its latency (from the intended start, as the
+//! run's figures) goes into a per-class histogram, so a Prometheus can draw
+//! goodput and p95 while the run goes (docs/grafana/plbbench.json).
 
 use crate::core::admission::Gate;
 use crate::core::model::{Class, ReplicaId, Role};

@@ -1,12 +1,12 @@
-//! `run --via-proxy` (issue 20): what a `plbbench proxy` child process tells
-//! the run that started it. The proxy makes every routing decision, so the
-//! run learns them from the proxy itself rather than deciding twice: one
-//! JSON line per message on the proxy's stdout (its address and clock,
-//! the controller's event rows, a once-per-second view of roles and open
-//! sessions), the replica of each session in a ParameterStatus the proxy
-//! sends after login, and the replica of a failed login in the FATAL's
-//! DETAIL. Both ends use the types and functions here, so the format has
-//! one definition.
+//! `run --via-proxy` ([proxy](docs/proxy.md#plbbench-run---via-proxy)):
+//! what a `plbbench proxy` child process tells the run that started it. The
+//! proxy makes every routing decision, so the run learns them from the
+//! proxy itself rather than deciding twice: one JSON line per message on
+//! the proxy's stdout (its address and clock, the controller's event rows,
+//! a once-per-second view of roles and open sessions), the replica of each
+//! session in a ParameterStatus the proxy sends after login, and the
+//! replica of a failed login in the FATAL's DETAIL. Both ends use the types
+//! and functions here, so the format has one definition.
 
 use crate::core::model::{ConnectError, EventKind, ReplicaId, Role};
 use serde::{Deserialize, Serialize};

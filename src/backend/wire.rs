@@ -1,10 +1,11 @@
-//! A lean PostgreSQL client for `plbbench bench` (issue 19): one socket per
-//! connection, owned by the task that sends its queries, as libpq's is.
-//! tokio-postgres splits a connection into a client and a connection task
-//! joined by channels, which costs two task wake-ups and two channel hops
-//! per query; on two cores shared with the server that CPU is taken from
-//! the server, so the generator measured slower than pgbench. This client
-//! speaks the protocol itself (messages encoded and parsed by
+//! A lean PostgreSQL client for `plbbench bench`
+//! ([performance](docs/performance.md#the-generator-against-pgbench)): one
+//! socket per connection, owned by the task that sends its queries, as
+//! libpq's is. tokio-postgres splits a connection into a client and a
+//! connection task joined by channels, which costs two task wake-ups and
+//! two channel hops per query; on two cores shared with the server that CPU
+//! is taken from the server, so the generator measured slower than pgbench.
+//! This client speaks the protocol itself (messages encoded and parsed by
 //! `postgres-protocol`, the crate tokio-postgres uses), reuses one read and
 //! one write buffer per connection, sends Bind/Execute/Sync (or Query) in
 //! one write and reads until ReadyForQuery. Authentication: trust,

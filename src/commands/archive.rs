@@ -1,4 +1,4 @@
-//! The report archive (issue 5): `reports/index.html`, one page listing
+//! The report archive (docs/manual.md, "Archive"): `reports/index.html`, one page listing
 //! every run and experiment folder under the archive root (recursively,
 //! reports/examples/ included), newest first, with its key figures and a
 //! relative link to its report. `plbbench archive` rebuilds it; `run` and

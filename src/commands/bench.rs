@@ -1,11 +1,13 @@
-//! `plbbench bench` (issue 7): the raw speed of the load generator against
-//! given servers, without routing, sessions or think times. Closed loop (N
-//! connections, each sending its next query as soon as the last returned:
-//! maximum throughput, as `pgbench`) or open loop (`--rate`: queries due at
-//! Poisson arrival times, handed to whichever connection is free, latency
-//! from the intended start so a stalled server or generator is not hidden).
-//! Latencies go into one HdrHistogram per connection, merged at the end.
-//! Calibration uses [`measure`] for a replica's throughput under its quota.
+//! `plbbench bench`
+//! ([performance](docs/performance.md#the-generator-against-pgbench)): the
+//! raw speed of the load generator against given servers, without routing,
+//! sessions or think times. Closed loop (N connections, each sending its
+//! next query as soon as the last returned: maximum throughput, as
+//! `pgbench`) or open loop (`--rate`: queries due at Poisson arrival times,
+//! handed to whichever connection is free, latency from the intended start
+//! so a stalled server or generator is not hidden). Latencies go into one
+//! HdrHistogram per connection, merged at the end. Calibration uses
+//! [`measure`] for a replica's throughput under its quota.
 
 use crate::backend::driver::own_cpu_seconds;
 use crate::backend::wire::{Conn, WireError};

@@ -1,8 +1,10 @@
-//! Priority admission in front of any strategy (issue 8): the degradation
-//! mode decides whether a session's class may start and how many sessions
-//! a replica may hold; a session that may not start waits in a bounded FIFO
-//! queue until its deadline, then is rejected. Every rejection is counted
-//! per class and reason. Pure: the caller passes the time and the router.
+//! Priority admission in front of any strategy ([admission
+//! modes](docs/resilience.md#graceful-degradation-admission-modes)): the
+//! degradation mode decides whether a session's class may start and how
+//! many sessions a replica may hold; a session that may not start waits in
+//! a bounded FIFO queue until its deadline, then is rejected. Every
+//! rejection is counted per class and reason. Pure: the caller passes the
+//! time and the router.
 
 use super::degradation::{DegradationKnobs, Load, Manager, Mode, Transition};
 use super::model::{Class, ReplicaId};

@@ -1,9 +1,11 @@
-//! Graceful degradation (issue 8, after the HeliosDB seed): four modes
-//! entered by the worst of replica CPU, replica memory and admission queue
-//! depth, left only when every metric is below threshold x hysteresis, and
-//! never changed before a minimum time in the mode. Each mode fixes the
-//! lowest admitted priority, the per-replica concurrency share and the
-//! statement timeout multiplier. Pure: the caller passes the time.
+//! Graceful degradation ([admission
+//! modes](docs/resilience.md#graceful-degradation-admission-modes), after
+//! the HeliosDB seed): four modes entered by the worst of replica CPU,
+//! replica memory and admission queue depth, left only when every metric is
+//! below threshold x hysteresis, and never changed before a minimum time in
+//! the mode. Each mode fixes the lowest admitted priority, the per-replica
+//! concurrency share and the statement timeout multiplier. Pure: the caller
+//! passes the time.
 
 use super::model::Class;
 use serde::{Deserialize, Serialize};

@@ -1,8 +1,8 @@
-//! How probes turn into the router's view of replica health (design.md §6,
-//! issue 3): a refused connection is proof that a replica is down, but a
-//! probe that merely times out may be an overloaded replica, so only
-//! several consecutive timeouts remove it. Shared by the simulator and the
-//! real driver so both detect alike.
+//! How probes turn into the router's view of replica health (design.md §6;
+//! docs/resilience.md, "Three detectors, one watch"): a refused connection
+//! is proof that a replica is down, but a probe that merely times out may
+//! be an overloaded replica, so only several consecutive timeouts remove
+//! it. Shared by the simulator and the real driver so both detect alike.
 
 use super::model::ReplicaId;
 

@@ -1,9 +1,9 @@
-//! Suspicion before removal (issue 9; the handbook chapter in
-//! `shared/seeds/003_*`): a per-replica health state machine that turns
-//! evidence — probe answers, probe timeouts, refused connections, client
-//! connection errors and query latency against the query's deadline budget —
-//! into one of five states, each with the share of new sessions the router
-//! may send to the replica:
+//! Suspicion before removal (docs/resilience.md, "Failure detection, gray
+//! failures and recovery"; the handbook chapter in `shared/seeds/003_*`): a
+//! per-replica health state machine that turns evidence — probe answers,
+//! probe timeouts, refused connections, client connection errors and query
+//! latency against the query's deadline budget — into one of five states,
+//! each with the share of new sessions the router may send to the replica:
 //!
 //! ```text
 //!      probe timeout / slow / slow connect      slow x N

@@ -301,7 +301,7 @@ pub const CONNECTION_HEADROOM: u32 = 20;
 /// `max_connections` for a run of `clients` sessions: every client can
 /// hold a session on one replica at once (the last survivor of a cascade)
 /// without the connection slots being what turns it away, so a closed
-/// population of T=1,000 gets 1,020 (issue 19); at least [`MAX_CONNECTIONS`].
+/// population of T=1,000 gets 1,020 (docs/performance.md); at least [`MAX_CONNECTIONS`].
 pub fn max_connections_for(clients: u32) -> u32 {
     MAX_CONNECTIONS.max(clients.saturating_add(CONNECTION_HEADROOM))
 }

@@ -1,15 +1,16 @@
-//! The recovery ledger (issue 9): a replica process starting again is not
-//! the service recovering. For every fault this measures, from the moment
-//! the fault was injected, how long it took to detect, to isolate, until the
-//! replica accepted connections again, until each class's p95 was back
-//! within 10% of its baseline, and until the backlog of delayed sessions was
-//! drained (the age of the oldest waiting session back to its baseline).
-//! It also counts what the fault cost in traffic: the new sessions the
-//! router sent elsewhere (sessions shifted) and the sessions that broke on
-//! the replica and were retried (retries created); and, per run, how often
-//! the detector suspected a replica that had no fault (false suspicions),
-//! which is what a fast detector pays in capacity and shifted traffic.
-//! Pure: it reads series and transitions the backends recorded.
+//! The recovery ledger (docs/resilience.md, "The recovery ledger"): a
+//! replica process starting again is not the service recovering. For every
+//! fault this measures, from the moment the fault was injected, how long it
+//! took to detect, to isolate, until the replica accepted connections
+//! again, until each class's p95 was back within 10% of its baseline, and
+//! until the backlog of delayed sessions was drained (the age of the oldest
+//! waiting session back to its baseline). It also counts what the fault
+//! cost in traffic: the new sessions the router sent elsewhere (sessions
+//! shifted) and the sessions that broke on the replica and were retried
+//! (retries created); and, per run, how often the detector suspected a
+//! replica that had no fault (false suspicions), which is what a fast
+//! detector pays in capacity and shifted traffic. Pure: it reads series and
+//! transitions the backends recorded.
 
 use super::health::{Health, Transition};
 use super::metrics::{EventRow, Flow, RunMetrics};

@@ -1,10 +1,10 @@
-//! The generator saturation guard (issue 7): a benchmark tool must be faster
-//! than the system it measures, or it measures itself. Every real run feeds
-//! this module plbbench's own cumulative CPU time once per second and the
-//! schedule lag of every session start and query (actual start minus the
-//! intended start of the client's schedule); at the end it decides whether
-//! the generator kept up. Pure: the driver reads the clocks, this only
-//! counts.
+//! The generator saturation guard (docs/manual.md, "Run validity checks":
+//! generator): a benchmark tool must be faster than the system it measures,
+//! or it measures itself. Every real run feeds this module plbbench's own
+//! cumulative CPU time once per second and the schedule lag of every
+//! session start and query (actual start minus the intended start of the
+//! client's schedule); at the end it decides whether the generator kept up.
+//! Pure: the driver reads the clocks, this only counts.
 //!
 //! The run is flagged when plbbench used more than [`CPU_LIMIT_CORES`] of a
 //! core in any one-second window, or the schedule lag's p99 exceeded

@@ -1,9 +1,10 @@
 //! The latencies of one second of a run, for its p95 in timeseries.csv and
 //! the status lines. A second's histogram exists only once a query has
-//! completed in it and only while records for it can still arrive: once
-//! the run is [`SecondLatency::SETTLE_S`] past it, the histogram is folded
-//! into its p95, so a run's memory does not grow by a histogram per second
-//! (issue 19: a 2,400 s simulated run held 4,800 of them, 70 MiB).
+//! completed in it and only while records for it can still arrive: once the
+//! run is [`SecondLatency::SETTLE_S`] past it, the histogram is folded into
+//! its p95, so a run's memory does not grow by a histogram per second
+//! (docs/performance.md, "The simulator's cost": a 2,400 s simulated run
+//! held 4,800 of them, 70 MiB).
 
 use hdrhistogram::Histogram;
 

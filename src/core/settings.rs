@@ -37,7 +37,7 @@ pub enum Detection {
     Suspicion,
 }
 
-/// What stands in front of the strategy (issue 8).
+/// What stands in front of the strategy (docs/resilience.md, "Graceful degradation: admission modes").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Admission {
     /// Every session goes straight to the router.

@@ -95,7 +95,7 @@ pub struct PhaseBooks {
 /// The most points the trend's slopes are taken between (179,700 pairs):
 /// a longer window is cut into bins of equal whole seconds, each standing
 /// at its middle with its median p95, so the check's work and memory stay
-/// bounded however long the run (issue 19: a 2,400 s window took 2.9
+/// bounded however long the run (docs/performance.md, "The simulator's cost": a 2,400 s window took 2.9
 /// million slopes, 23 MB).
 pub const TREND_POINTS: usize = 600;
 

@@ -1,15 +1,16 @@
 //! The router's view of replica health over time, one place for the
-//! simulator and the real driver (issue 9). Evidence (probe answers,
-//! refusals, timeouts, connection errors, query latency) goes in; the
-//! router's health flags and per-class shares, and the events to log, come
-//! out. Three detectors share it: the oracle (told of every fault), the
-//! probe detector of the paper's middleware (`core::detect`: a refusal
-//! removes a replica at once, timeouts only in a row) and the suspicion
-//! state machine (`core::health`). On top of any of them, `--recovery
-//! probation` ramps a returning replica: Premium may use it at once, while
-//! its Freemium share rises from 0 to 1 over the stability window, so the
-//! Premium work delayed by the outage drains before the Freemium backlog
-//! floods the new capacity. Pure: callers pass the time.
+//! simulator and the real driver (docs/resilience.md, "Three detectors, one
+//! watch"). Evidence (probe answers, refusals, timeouts, connection errors,
+//! query latency) goes in; the router's health flags and per-class shares,
+//! and the events to log, come out. Three detectors share it: the oracle
+//! (told of every fault), the probe detector of the paper's middleware
+//! (`core::detect`: a refusal removes a replica at once, timeouts only in a
+//! row) and the suspicion state machine (`core::health`). On top of any of
+//! them, `--recovery probation` ramps a returning replica: Premium may use
+//! it at once, while its Freemium share rises from 0 to 1 over the
+//! stability window, so the Premium work delayed by the outage drains
+//! before the Freemium backlog floods the new capacity. Pure: callers pass
+//! the time.
 
 use super::detect::{Detector, Probe};
 use super::health::{Evidence, Health, HealthConfig, HealthMachine};

@@ -1,8 +1,8 @@
-//! An experiment folder's aggregate files (design.md §4 "Repeats", issue
-//! 5): the model of `experiment.json` (the grid, every run, and the medians
-//! and quartiles per cell) and the `experiment.csv` contract. Written by
-//! `plbbench experiment`, read back by `compare` and the archive, as
-//! `summary` is for one run.
+//! An experiment folder's aggregate files (design.md §4 "Repeats";
+//! docs/manual.md, "Subcommands"): the model of `experiment.json` (the
+//! grid, every run, and the medians and quartiles per cell) and the
+//! `experiment.csv` contract. Written by `plbbench experiment`, read back
+//! by `compare` and the archive, as `summary` is for one run.
 
 use crate::core::metrics::PhaseRow;
 use crate::core::model::Class;

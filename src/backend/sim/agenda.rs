@@ -1,10 +1,11 @@
-//! The simulator's agenda: what happens next, in time order, with events
-//! at equal times in the order they were planned. A client has at most one
+//! The simulator's agenda: what happens next, in time order, with events at
+//! equal times in the order they were planned. A client has at most one
 //! timer (its wake-up or its job's deadline) and a replica at most one
 //! completion and one quota event, each in its own slot of an indexed heap,
 //! so a changed plan replaces the old one instead of leaving a stale entry
-//! behind (issue 19). Faults, probes, samples and admission deadlines are
-//! never withdrawn and wait in a plain heap beside it.
+//! behind ([performance](docs/performance.md#the-simulators-cost)). Faults,
+//! probes, samples and admission deadlines are never withdrawn and wait in
+//! a plain heap beside it.
 
 use super::heap::IndexedHeap;
 use crate::core::model::ReplicaId;

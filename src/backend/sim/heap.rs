@@ -2,7 +2,8 @@
 //! Every entry lives in a numbered slot (a client, a replica's completion,
 //! a replica's quota event), so a pending entry is moved or removed in
 //! O(log n) when its owner's plans change, instead of being left behind as
-//! a stale entry that costs memory and a pop when its time comes (issue 19).
+//! a stale entry that costs memory and a pop when its time comes
+//! ([performance](docs/performance.md#the-simulators-cost)).
 
 /// The position of a slot that holds no entry.
 const NONE: u32 = u32::MAX;

@@ -1,13 +1,14 @@
-//! The registry-free PostgreSQL image of the docker backend (issue 6): no
-//! image registry can be reached, so plbbench builds its own image from
-//! Debian packages. `docker/build-rootfs.sh` (compiled into the binary)
-//! debootstraps a minimal bookworm with `postgresql-15` into a temporary
-//! directory, the directory is tarred, and the tar is imported through the
-//! Engine API (`POST /images/create?fromSrc=-`, bollard `create_image`) as
-//! [`IMAGE`], labelled with [`LABEL_MANAGED`] and the recipe's hash. The
-//! image is reused while its recipe hash matches; `plbbench image build
-//! --force` rebuilds it. The Debian mirror comes from this machine's apt
-//! sources at build time and is never stored anywhere.
+//! The registry-free PostgreSQL image of the docker backend ([docker
+//! backend](docs/backends.md#docker)): no image registry can be reached, so
+//! plbbench builds its own image from Debian packages.
+//! `docker/build-rootfs.sh` (compiled into the binary) debootstraps a
+//! minimal bookworm with `postgresql-15` into a temporary directory, the
+//! directory is tarred, and the tar is imported through the Engine API
+//! (`POST /images/create?fromSrc=-`, bollard `create_image`) as [`IMAGE`],
+//! labelled with [`LABEL_MANAGED`] and the recipe's hash. The image is
+//! reused while its recipe hash matches; `plbbench image build --force`
+//! rebuilds it. The Debian mirror comes from this machine's apt sources at
+//! build time and is never stored anywhere.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,7 @@
-//! The `docker` cluster backend (design.md §6, issue 6): K PostgreSQL
-//! containers through the Docker Engine API (bollard), from the image that
-//! [`image`] builds without any registry.
+//! The `docker` cluster backend (design.md §6; [docker
+//! backend](docs/backends.md#docker)): K PostgreSQL containers through the
+//! Docker Engine API (bollard), from the image that [`image`] builds
+//! without any registry.
 //!
 //! [`DockerCluster::up`] creates a private bridge network, runs a template
 //! container that `initdb`s (the generated password arrives as a file

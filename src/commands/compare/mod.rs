@@ -1,4 +1,4 @@
-//! `plbbench compare DIR...` (issue 5): run and experiment folders side by
+//! `plbbench compare DIR...` (docs/manual.md, "Comparing runs"): run and experiment folders side by
 //! side, per phase and class, with deltas against a baseline folder and the
 //! direction of each change marked good or bad; `--threshold` turns it into
 //! a regression gate (exit 1 when a threshold is violated). This module is

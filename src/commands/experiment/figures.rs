@@ -1,4 +1,4 @@
-//! The paper's figures from an experiment's runs (figures.json, issue 5):
+//! The paper's figures from an experiment's runs (figures.json; docs/paper.md reads them):
 //! RQ1 (Premium-side fault, plb vs rr-split), RQ2 (cascade, plb vs rr per
 //! phase, Fig. 4/5 style) and RQ3 (cascade, plb's p95 against each class's
 //! own baseline, Fig. 6 style). Pure functions over run summaries, kept

@@ -1,11 +1,12 @@
-//! An experiment's report.html (issue 5): the paper's figures drawn from our
-//! runs, each saying which runs it comes from. RQ1 as a table and bars
-//! (Premium-side fault, plb vs rr-split), Fig. 4 style bars per phase
-//! (goodput, p95, session lifetime per class, plb vs rr, whiskers the
-//! interquartile range across repeats), Fig. 5 style (p95 of plb relative
-//! to rr) and Fig. 6 style (plb's p95 relative to each class's baseline),
-//! then the whole grid as a table and every run linked. A view model of
-//! preformatted strings rendered through `templates/experiment.html`.
+//! An experiment's report.html (docs/manual.md, "Subcommands": experiment):
+//! the paper's figures drawn from our runs, each saying which runs it comes
+//! from. RQ1 as a table and bars (Premium-side fault, plb vs rr-split),
+//! Fig. 4 style bars per phase (goodput, p95, session lifetime per class,
+//! plb vs rr, whiskers the interquartile range across repeats), Fig. 5
+//! style (p95 of plb relative to rr) and Fig. 6 style (plb's p95 relative
+//! to each class's baseline), then the whole grid as a table and every run
+//! linked. A view model of preformatted strings rendered through
+//! `templates/experiment.html`.
 
 use super::figures::{Figures, Rq2, Rq3, CASCADE_PHASES};
 use crate::core::model::Class;

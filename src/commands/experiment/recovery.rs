@@ -1,11 +1,12 @@
-//! recovery.csv (issue 9): the recovery ledger across repeats. For every
-//! (fault, mix, strategy variant) and every fault of the schedule (by its
-//! position: the cascade's first and second Down are different faults),
-//! the median and quartiles of each ledger figure over the repeats, with
-//! how many repeats had a value (a step that never happened within a run
-//! counts as missing, so `n` below the runs says how often it did not).
-//! Per run, the detector's false suspicions and removals get one row per
-//! cell with the fault columns empty. Pure, apart from the CSV text.
+//! recovery.csv (docs/resilience.md, "The recovery ledger"): the recovery
+//! ledger across repeats. For every (fault, mix, strategy variant) and
+//! every fault of the schedule (by its position: the cascade's first and
+//! second Down are different faults), the median and quartiles of each
+//! ledger figure over the repeats, with how many repeats had a value (a
+//! step that never happened within a run counts as missing, so `n` below
+//! the runs says how often it did not). Per run, the detector's false
+//! suspicions and removals get one row per cell with the fault columns
+//! empty. Pure, apart from the CSV text.
 
 use crate::core::recovery::Entry;
 use crate::report::summary::Summary;

@@ -223,8 +223,9 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
     Ok((collector, outcome))
 }
 
-/// Longest a real run may take to stop after its planned end (issue 4): the
-/// connect and query deadlines bound it even when a replica hangs.
+/// Longest a real run may take to stop after its planned end (docs/manual.md,
+/// "Run validity checks": stop deadline): the connect and query deadlines bound
+/// it even when a replica hangs.
 pub const STOP_WITHIN_S: f64 = 2.0;
 
 /// Whether every task stopped within [`STOP_WITHIN_S`] of the planned end.

@@ -1,11 +1,12 @@
-//! `run --via-proxy` (issue 20): the run's clients go through a `plbbench
-//! proxy` child process instead of routing themselves, so a run measures
-//! PLB as it would be deployed in front of applications (the proxy's
-//! routing, its probes, its extra hop). The child gets the run's routing
-//! flags (so it builds the same plan: [`flags`]), the run's cluster as an
-//! external one in a private config file, and reports back over its
-//! stdout (`backend::proxy_feed`). It dies with the run: SIGTERM at the
-//! end, and the kernel's parent-death signal if the run is killed.
+//! `run --via-proxy` ([proxy](docs/proxy.md#plbbench-run---via-proxy)): the
+//! run's clients go through a `plbbench proxy` child process instead of
+//! routing themselves, so a run measures PLB as it would be deployed in
+//! front of applications (the proxy's routing, its probes, its extra hop).
+//! The child gets the run's routing flags (so it builds the same plan:
+//! [`flags`]), the run's cluster as an external one in a private config
+//! file, and reports back over its stdout (`backend::proxy_feed`). It dies
+//! with the run: SIGTERM at the end, and the kernel's parent-death signal
+//! if the run is killed.
 
 use super::args::RunArgs;
 use crate::backend::driver::ProxyLink;

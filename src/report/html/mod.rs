@@ -61,7 +61,7 @@ struct Page {
     charts: Vec<ChartView>,
     cpu: CpuTable,
     events: Vec<EventView>,
-    /// The recovery ledger, one entry per Down or Pause (issue 9).
+    /// The recovery ledger, one entry per Down or Pause (docs/resilience.md, "The recovery ledger").
     recovery: Vec<crate::core::recovery::Entry>,
     /// The run's suspicions and false suspicions, when recorded.
     detector: Option<crate::core::recovery::Suspicions>,
