@@ -1,4 +1,4 @@
-//! The run controller (issue 15): the one owner of the router, the watch
+//! The run controller (docs/architecture.md, rank 1): the one owner of the router, the watch
 //! (detection, health, probation) and the admission gate, so the simulator
 //! and the real driver make the same decisions from the same code. A
 //! backend tells it what happened — a session asks to start or ends, a
