@@ -223,7 +223,7 @@ pub struct Router {
     cursors: [usize; 3],
     changes: Vec<RoleChange>,
     /// A Premium session went past its own role and Mixed since the last
-    /// CPU reading: Premium is under pressure whatever the CPU says.
+    /// CPU reading (`pressure-fallback` lends nothing then).
     premium_fell_back: bool,
 }
 
@@ -427,10 +427,9 @@ impl Router {
     fn plb_admit(&mut self, class: Class) -> Option<ReplicaId> {
         let own = Role::of(class);
         let theta = self.cfg.theta;
-        // Freemium guests on a Premium replica never keep Premium out of it.
-        let guests_aside = class == Class::P && self.cfg.freemium_borrow.takes_guests();
-        let own_load = |r: &Replica| if guests_aside { r.load() - r.guests } else { r.load() };
-        if let Some(r) = self.least_loaded(class, |r| r.role == own && own_load(r) < theta) {
+        // Freemium guests (only ever on a Premium replica) never keep
+        // Premium out of its own role.
+        if let Some(r) = self.least_loaded(class, |r| r.role == own && r.load() - r.guests < theta) {
             return Some(r);
         }
         let bounded = self.cfg.mixed_bounded;
