@@ -403,11 +403,19 @@ fn a_grid_gives_each_strategy_its_own_flags() {
 
 /// `--freemium-borrow`: each rule is recorded in the settings, and on a
 /// saturated cascade the rules that let Freemium into Premium's replicas do
-/// borrow (events.csv logs `P->F borrow`) while `never` and design.md's
-/// `surplus` (the Premium role is never above its target here) do not.
+/// borrow (events.csv logs `P->F borrow`) while `never`, `surplus` (the
+/// Premium role is never above its target here) and the pressure rules
+/// (which place guests without a role change) do not.
 #[test]
 fn freemium_borrowing_rules_are_recorded_and_change_the_routing() {
-    for (rule, borrows) in [("surplus", false), ("idle", true), ("mirror", true), ("never", false)] {
+    for (rule, borrows) in [
+        ("pressure", false),
+        ("pressure-fallback", false),
+        ("surplus", false),
+        ("idle", true),
+        ("mirror", true),
+        ("never", false),
+    ] {
         let dir = tmp(&format!("borrow-{rule}"));
         let args = ["--T", "1000", "--load", "1.2", "--faults", "cascade", "--time-scale", "0.3", "--checks", "warn"];
         let out = sim_run(&dir, &[&args[..], &["--freemium-borrow", rule]].concat());
@@ -427,6 +435,51 @@ fn freemium_borrowing_rules_are_recorded_and_change_the_routing() {
         .success());
     assert!(summary_of(&rr)["settings"].get("freemium_borrow").is_none(), "a plb knob only");
     std::fs::remove_dir_all(rr).unwrap();
+}
+
+/// The default Freemium borrowing (`pressure`, design.md §2 as revised
+/// 2026-12-03) lends Freemium the CPU the Premium role leaves idle: on the
+/// default workload's cascade, late in the two-down phase a replica in
+/// the Premium role holds Freemium sessions (its guests: no role change is
+/// logged), and Freemium's p95 there is a small fraction of `never`'s,
+/// which leaves it one replica, while Premium's goodput is the same.
+#[test]
+fn pressure_lends_idle_premium_cpu_to_freemium() {
+    type Row = std::collections::HashMap<String, String>;
+    let rows = |dir: &Path, name: &str| -> Vec<Row> {
+        csv::Reader::from_path(dir.join(name)).unwrap().deserialize().map(Result::unwrap).collect()
+    };
+    let num = |row: &Row, col: &str| row[col].parse::<f64>().unwrap();
+    let mut down2 = Vec::new();
+    for rule in ["pressure", "never"] {
+        let dir = tmp(&format!("pressure-{rule}"));
+        let mut args = vec!["--faults", "cascade"];
+        if rule != "pressure" {
+            args.extend(["--freemium-borrow", rule]);
+        }
+        let out = sim_run(&dir, &args);
+        assert!(out.status.success(), "{rule}: {}", text(&out.stderr));
+        assert_eq!(summary_of(&dir)["settings"]["freemium_borrow"].as_str(), Some(rule), "the default is pressure");
+        let phases = rows(&dir, "phases.csv");
+        let row = |class: &str| phases.iter().find(|r| r["phase"] == "down2" && r["class"] == class).unwrap().clone();
+        let (p, f) = (row("P"), row("F"));
+        // The last 20 s of the phase: a replica that a repair moved into
+        // the Premium role has no Freemium session left from before by then
+        // (sessions last 10-30 s).
+        let (from, to) = (num(&p, "end_s") - 20.0, num(&p, "end_s"));
+        let guests = rows(&dir, "replicas.csv")
+            .iter()
+            .filter(|r| (from..to).contains(&num(r, "t_s")) && r["up"] == "true" && r["role"] == "P")
+            .filter(|r| num(r, "active_f") > 0.0)
+            .count();
+        assert_eq!(guests > 0, rule == "pressure", "{rule}: {guests} samples of a P replica with Freemium sessions");
+        assert!(!std::fs::read_to_string(dir.join("events.csv")).unwrap().contains("P->F borrow"), "{rule}");
+        down2.push((num(&p, "goodput_qps"), num(&f, "p95_ms")));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+    let [(p_pressure, f_pressure), (p_never, f_never)] = down2[..] else { unreachable!() };
+    assert!(f_pressure * 10.0 < f_never, "Freemium p95 in two-down: {f_pressure} ms vs never's {f_never} ms");
+    assert!((p_pressure / p_never - 1.0).abs() < 0.05, "Premium goodput {p_pressure} vs {p_never}");
 }
 
 /// theta comes from the workload (design.md §2): the expected concurrent

@@ -102,16 +102,16 @@ fn value(dir: &str, phase: &str, class: &str, metric: &str) -> f64 {
 #[test]
 fn violated_threshold_exits_1_and_names_it_met_threshold_exits_0() {
     let f = fixture("violated_thr");
-    let (b, n) = (value(&f.plb, "down2", "F", "p95_ms"), value(&f.rr, "down2", "F", "p95_ms"));
+    let (b, n) = (value(&f.plb, "down2", "P", "p99_ms"), value(&f.rr, "down2", "P", "p99_ms"));
     let pct = (n / b - 1.0) * 100.0;
     assert!(pct.abs() > 2.0, "the strategies differ in down2: {b} vs {n}");
-    let below = format!("freemium.down2.p95_ms<{:+.3}%", pct - 1.0);
-    let above = format!("freemium.down2.p95_ms<{:+.3}%", pct + 1.0);
+    let below = format!("premium.down2.p99_ms<{:+.3}%", pct - 1.0);
+    let above = format!("premium.down2.p99_ms<{:+.3}%", pct + 1.0);
     let out = plbbench(&["compare", "--baseline", &f.plb, &f.rr, "--threshold", &below]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let err = stderr(&out);
     let line = err.lines().find(|l| l.contains("threshold violated")).expect("a violation line");
-    assert!(line.contains("freemium.down2.p95_ms") && line.contains(&f.rr), "{line}");
+    assert!(line.contains("premium.down2.p99_ms") && line.contains(&f.rr), "{line}");
     for part in [": baseline ", ", new ", ", change ", ", limit < "] {
         assert!(line.contains(part), "{line}");
     }

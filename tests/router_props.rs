@@ -4,7 +4,7 @@
 
 use plbbench::core::model::{Class, ReplicaId, Role};
 use plbbench::core::roles::{count, target};
-use plbbench::core::router::{FreemiumBorrow, Router, RouterConfig, Strategy as Routing};
+use plbbench::core::router::{FreemiumBorrow, Router, RouterConfig, Strategy as Routing, PRESSURE_CPU};
 use proptest::prelude::*;
 
 /// The target vector restated independently from design.md §2 (floating
@@ -43,6 +43,13 @@ enum Op {
     Release(usize),
     Fail(usize),
     Heal(usize),
+    /// A CPU reading: per replica a use in hundredths of the budget (from
+    /// 0 to 1.27), `None` for a replica not measured.
+    Cpu(Vec<Option<u8>>),
+}
+
+fn reading(max: u8) -> impl Strategy<Value = Op> {
+    prop::collection::vec(prop::option::weighted(0.9, 0..=max), 12).prop_map(Op::Cpu)
 }
 
 fn ops() -> impl Strategy<Value = Vec<Op>> {
@@ -52,6 +59,7 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
             3 => (0usize..64).prop_map(Op::Release),
             1 => (0usize..12).prop_map(Op::Fail),
             1 => (0usize..12).prop_map(Op::Heal),
+            1 => reading(127),
         ],
         1..300,
     )
@@ -66,24 +74,42 @@ fn config(strategy: Routing, k: usize, reference: [usize; 3], split_p: usize) ->
         theta: 3,
         alpha: 0.7,
         mixed_bounded: split_p % 2 == 0,
-        freemium_borrow: [FreemiumBorrow::Surplus, FreemiumBorrow::Idle, FreemiumBorrow::Mirror, FreemiumBorrow::Never]
-            [split_p % 4],
+        freemium_borrow: FreemiumBorrow::ALL[split_p % FreemiumBorrow::ALL.len()],
     }
 }
 
 /// Replicas of `class`'s own role or Mixed below theta: where bounded
-/// admission must send a new session of `class` if there are any.
+/// admission must send a new session of `class` if there are any. On its
+/// own role Premium does not count Freemium guests against theta.
 fn below_theta(router: &Router, k: usize, class: Class) -> Vec<usize> {
     let own = if class == Class::P { Role::P } else { Role::F };
     let theta = router.config().theta;
     (0..k)
         .filter(|&x| {
             let r = ReplicaId(x);
-            router.is_healthy(r)
-                && matches!(router.role(r), Role::M) | (router.role(r) == own)
-                && router.active(r).iter().sum::<u32>() < theta
+            let load = router.active(r).iter().sum::<u32>();
+            let guests = if class == Class::P && router.role(r) == Role::P { router.guests(r) } else { 0 };
+            router.is_healthy(r) && matches!(router.role(r), Role::M) | (router.role(r) == own) && load - guests < theta
         })
         .collect()
+}
+
+/// The CPU share `replica` would use with one session more, restated from
+/// design.md §2 as revised: the last reading scaled by its sessions now
+/// plus one over its sessions then.
+fn with_one_more(last: &[Option<(f64, u32)>], router: &Router, x: usize) -> Option<f64> {
+    let (used, then) = last[x]?;
+    Some(used * f64::from(router.active(ReplicaId(x)).iter().sum::<u32>() + 1) / f64::from(then.max(1)))
+}
+
+/// Feeds a reading to the router and remembers it with each replica's
+/// sessions, for [`with_one_more`].
+fn observe(router: &mut Router, k: usize, cpu: &[Option<u8>], last: &mut [Option<(f64, u32)>]) {
+    let used: Vec<Option<f64>> = cpu[..k].iter().map(|u| u.map(|u| f64::from(u) / 100.0)).collect();
+    router.observe_cpu(&used);
+    for x in 0..k {
+        last[x] = used[x].map(|u| (u, router.active(ReplicaId(x)).iter().sum()));
+    }
 }
 
 proptest! {
@@ -109,10 +135,19 @@ proptest! {
         let mut router = Router::new(config(strategy, k, r, split_p));
         let mut open: Vec<(usize, Class)> = Vec::new();
         let mut health_changed = false;
+        let mut last: Vec<Option<(f64, u32)>> = vec![None; k];
+        let mut premium_fell_back = false;
+        let rule = router.config().freemium_borrow;
         for op in ops {
             match op {
+                Op::Cpu(cpu) => {
+                    observe(&mut router, k, &cpu, &mut last);
+                    premium_fell_back = false;
+                }
                 Op::Admit(class) => {
                     let below = below_theta(&router, k, class);
+                    let room: Vec<Option<f64>> = (0..k).map(|x| with_one_more(&last, &router, x)).collect();
+                    let roles_before: Vec<Role> = (0..k).map(|x| router.role(ReplicaId(x))).collect();
                     let bounded = strategy == Routing::Plb && router.config().mixed_bounded;
                     let own = if class == Class::P { Role::P } else { Role::F };
                     let own_role_up = (0..k).any(|x| router.is_healthy(ReplicaId(x)) && router.role(ReplicaId(x)) == own);
@@ -127,6 +162,24 @@ proptest! {
                         if strategy == Routing::RrSplit {
                             let own = if class == Class::P { rep < ReplicaId(split_p) } else { rep >= ReplicaId(split_p) };
                             prop_assert!(own, "rr-split crossed its partition");
+                        }
+                        let x = rep.idx();
+                        if strategy == Routing::Plb && class == Class::F && roles_before[x] == Role::P && router.role(rep) == Role::P {
+                            // A Freemium guest on a Premium replica: only
+                            // under a pressure rule, only with CPU room,
+                            // never after a Premium fallback under
+                            // pressure-fallback (step 4 never picks a P
+                            // replica while Freemium's role or Mixed is up).
+                            let f_role_up = (0..k).any(|y| router.is_healthy(ReplicaId(y)) && roles_before[y] == Role::F);
+                            if f_role_up {
+                                prop_assert!(rule.takes_guests(), "Freemium on a Premium replica under {:?}", rule);
+                                prop_assert!(room[x].is_some_and(|u| u < PRESSURE_CPU), "guest on {} at {:?}", rep, room[x]);
+                                prop_assert!(!(premium_fell_back && rule == FreemiumBorrow::PressureFallback), "guest after a Premium fallback");
+                            }
+                        }
+                        let mixed_up = (0..k).any(|y| router.is_healthy(ReplicaId(y)) && roles_before[y] == Role::M);
+                        if class == Class::P && below.is_empty() && (bounded || !mixed_up) {
+                            premium_fell_back = true;
                         }
                         open.push((rep.idx(), class));
                     } else if strategy != Routing::RrSplit {
@@ -167,6 +220,45 @@ proptest! {
                 (0..k).map(|x| router.is_healthy(ReplicaId(x)).then(|| router.role(ReplicaId(x)))).collect();
             let want = if health_changed { target(router.survivors(), r, k) } else { r };
             prop_assert_eq!(count(&roles), want, "after every session left");
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Where no CPU is measured (a backend that does not read it), the
+    /// pressure rules never lend: PLB decides exactly as with `never`.
+    #[test]
+    fn pressure_without_cpu_is_never((k, r) in reference(), ops in ops(), fallback in any::<bool>()) {
+        let rule = if fallback { FreemiumBorrow::PressureFallback } else { FreemiumBorrow::Pressure };
+        let mut a = Router::new(RouterConfig { freemium_borrow: rule, ..config(Routing::Plb, k, r, 0) });
+        let mut b = Router::new(RouterConfig { freemium_borrow: FreemiumBorrow::Never, ..config(Routing::Plb, k, r, 0) });
+        let mut open: Vec<(usize, Class)> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Admit(class) => {
+                    let got = a.admit(class);
+                    prop_assert_eq!(got, b.admit(class));
+                    if let Some(rep) = got {
+                        open.push((rep.idx(), class));
+                    }
+                }
+                Op::Release(i) if !open.is_empty() => {
+                    let (rep, class) = open.swap_remove(i % open.len());
+                    a.release(ReplicaId(rep), class);
+                    b.release(ReplicaId(rep), class);
+                }
+                Op::Fail(i) | Op::Heal(i) => {
+                    a.set_health(ReplicaId(i % k), matches!(op, Op::Heal(_)));
+                    b.set_health(ReplicaId(i % k), matches!(op, Op::Heal(_)));
+                }
+                Op::Release(_) | Op::Cpu(_) => {
+                    a.observe_cpu(&vec![None; k]);
+                }
+            }
+            let roles = |x: &Router| (0..k).map(|y| x.role(ReplicaId(y))).collect::<Vec<_>>();
+            prop_assert_eq!(roles(&a), roles(&b));
         }
     }
 }

@@ -97,6 +97,7 @@ pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
         return Err(Error::Run(anyhow::anyhow!("interrupted while the cluster was starting; it was removed")));
     }
     let replicas = (0..cluster.replicas()).map(|r| cluster.config(r)).collect();
+    let cluster = std::sync::Arc::new(std::sync::Mutex::new(cluster));
     let input = ProxyInput {
         listener,
         control: super::run::launch::control(&plan),
@@ -107,6 +108,7 @@ pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
         server_connect_timeout: Duration::from_secs_f64(cfg.server_connect_timeout_s),
         drain: Duration::from_secs_f64(cfg.drain_s),
         probe_interval: plan.probe_interval,
+        cluster: cluster.clone(),
         metrics,
         feed: args.feed,
     };

@@ -174,14 +174,25 @@ impl Gate {
     }
 }
 
+/// Each replica's CPU use as a fraction of its budget between two
+/// cumulative CPU readings `dt_s` apart, `cpus` cores each; `None` where
+/// either reading is missing (or no time passed).
+pub fn utilisation(before: &[Option<f64>], after: &[Option<f64>], dt_s: f64, cpus: f64) -> Vec<Option<f64>> {
+    (0..after.len())
+        .map(|r| Some((after[r]? - (*before.get(r)?)?).max(0.0) / (cpus * dt_s)).filter(|_| dt_s > 0.0))
+        .collect()
+}
+
 /// Mean CPU percent of the `healthy` replicas between two cumulative CPU
 /// readings `dt_s` apart, `cpus` cores each; `None` if none was measured.
 pub fn cpu_pct(before: &[Option<f64>], after: &[Option<f64>], healthy: &[bool], dt_s: f64, cpus: f64) -> Option<f64> {
-    let us: Vec<f64> = (0..after.len())
-        .filter(|&r| healthy[r])
-        .filter_map(|r| Some((after[r]? - before[r]?).max(0.0) / (cpus * dt_s)))
+    let us: Vec<f64> = utilisation(before, after, dt_s, cpus)
+        .into_iter()
+        .enumerate()
+        .filter(|&(r, _)| healthy[r])
+        .filter_map(|(_, u)| u)
         .collect();
-    (dt_s > 0.0 && !us.is_empty()).then(|| 100.0 * us.iter().sum::<f64>() / us.len() as f64)
+    (!us.is_empty()).then(|| 100.0 * us.iter().sum::<f64>() / us.len() as f64)
 }
 
 #[cfg(test)]

@@ -352,16 +352,18 @@ impl Controller {
     }
 
     /// A once-per-second reading of every replica's cumulative CPU seconds
-    /// (`None` where it was not measured). With a gate, the mean
-    /// utilisation of the healthy replicas since the last reading is its
-    /// load; a mode change is logged and returned. A reading with no CPU at
-    /// all does not replace the last one.
+    /// (`None` where it was not measured). The router is told each
+    /// replica's utilisation since the last reading (PLB's `pressure`
+    /// borrowing reads it). With a gate, the mean utilisation of the
+    /// healthy replicas is its load; a mode change is logged and returned.
+    /// A reading with no CPU at all does not replace the last one.
     pub fn sample(&mut self, now_s: f64, cpu_s: &[Option<f64>]) -> Option<Transition> {
         let (t0, before) = &self.last_cpu;
         let dt_s = now_s - t0;
         let healthy: Vec<bool> = (0..cpu_s.len()).map(|r| self.router.is_healthy(ReplicaId(r))).collect();
         let cpu_pct = super::admission::cpu_pct(before, cpu_s, &healthy, dt_s, self.cpus);
         if cpu_s.iter().any(Option::is_some) {
+            self.router.observe_cpu(&super::admission::utilisation(before, cpu_s, dt_s, self.cpus));
             self.last_cpu = (now_s, cpu_s.to_vec());
         }
         let tr = self.gate.as_mut()?.observe(now_s, Load { cpu_pct, ..Load::default() })?;

@@ -45,14 +45,26 @@ impl fmt::Display for Strategy {
 
 /// How far Freemium may borrow a Premium replica (admission step 3). The
 /// paper says replicas are borrowed across roles "during normal load
-/// variations" but not how far Freemium may reach into Premium's capacity,
-/// so design.md's rule is the default and the others are ablations.
+/// variations" and returned "when pressure subsides"; design.md §2 (revised
+/// 2026-12-03) makes the borrowing follow Premium's pressure, and the
+/// earlier readings stay as ablations.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FreemiumBorrow {
-    /// design.md §2: a P replica idle of P sessions, only while the P role
-    /// is above its target (so never right after a repair).
+    /// The default: a Freemium session may be placed on a Premium replica
+    /// (which keeps its role; the session is its guest) while that
+    /// replica's CPU, scaled to the sessions it holds now, stays below
+    /// [`PRESSURE_CPU`] of its budget. Guests never count against Premium's
+    /// theta. No CPU reading (a backend that does not measure it): no
+    /// borrowing.
     #[default]
+    Pressure,
+    /// `pressure`, and no guest either while a Premium session went past
+    /// its own role and Mixed since the last CPU reading (sessions against
+    /// theta as a second signal; an ablation).
+    PressureFallback,
+    /// design.md's first reading: a P replica idle of P sessions, only
+    /// while the P role is above its target (so never right after a repair).
     Surplus,
     /// A P replica idle of P sessions, while the P role keeps another
     /// unborrowed replica.
@@ -65,19 +77,40 @@ pub enum FreemiumBorrow {
     Never,
 }
 
+/// Premium's pressure level under [`FreemiumBorrow::Pressure`]: the share
+/// of a Premium replica's CPU budget up to which Freemium may use it. Half:
+/// the utilisation at which a single-server queue's mean wait equals its
+/// service time, so Premium's queries at most double their CPU time by
+/// queueing behind guests (a stated principle, not fitted to any result).
+pub const PRESSURE_CPU: f64 = 0.5;
+
 impl FreemiumBorrow {
     /// Every rule, in command-line order.
-    pub const ALL: [FreemiumBorrow; 4] =
-        [FreemiumBorrow::Surplus, FreemiumBorrow::Idle, FreemiumBorrow::Mirror, FreemiumBorrow::Never];
+    pub const ALL: [FreemiumBorrow; 6] = [
+        FreemiumBorrow::Pressure,
+        FreemiumBorrow::PressureFallback,
+        FreemiumBorrow::Surplus,
+        FreemiumBorrow::Idle,
+        FreemiumBorrow::Mirror,
+        FreemiumBorrow::Never,
+    ];
 
     /// The name used on the command line and in files.
     pub fn name(self) -> &'static str {
         match self {
+            FreemiumBorrow::Pressure => "pressure",
+            FreemiumBorrow::PressureFallback => "pressure-fallback",
             FreemiumBorrow::Surplus => "surplus",
             FreemiumBorrow::Idle => "idle",
             FreemiumBorrow::Mirror => "mirror",
             FreemiumBorrow::Never => "never",
         }
+    }
+
+    /// Whether Freemium sessions are placed on Premium replicas as guests
+    /// (the replica keeps its role) rather than by lending the replica.
+    pub fn takes_guests(self) -> bool {
+        matches!(self, FreemiumBorrow::Pressure | FreemiumBorrow::PressureFallback)
     }
 }
 
@@ -147,11 +180,25 @@ struct Replica {
     role: Role,
     home: Option<Role>,
     active: [u32; 2],
+    /// Freemium sessions placed on it as guests of its Premium role (never
+    /// more than its Freemium sessions: those that end count as guests last).
+    guests: u32,
+    /// CPU use over the last reading's interval, as a fraction of the
+    /// budget (`None`: not measured), and the sessions it held then.
+    cpu: Option<(f64, u32)>,
 }
 
 impl Replica {
     fn load(&self) -> u32 {
         self.active[0] + self.active[1]
+    }
+
+    /// The CPU share it would use with one session more: the last reading
+    /// scaled by the sessions it holds now plus one over those it held
+    /// then, so sessions placed since the reading count before the next.
+    fn cpu_with_one_more(&self) -> Option<f64> {
+        let (used, then) = self.cpu?;
+        Some(used * f64::from(self.load() + 1) / f64::from(then.max(1)))
     }
 
     /// Whether new sessions of `class` may go to it at all.
@@ -175,6 +222,9 @@ pub struct Router {
     replicas: Vec<Replica>,
     cursors: [usize; 3],
     changes: Vec<RoleChange>,
+    /// A Premium session went past its own role and Mixed since the last
+    /// CPU reading (`pressure-fallback` lends nothing then).
+    premium_fell_back: bool,
 }
 
 impl Router {
@@ -205,10 +255,12 @@ impl Router {
                 role: role_at(r),
                 home: None,
                 active: [0, 0],
+                guests: 0,
+                cpu: None,
             })
             .collect();
         let tau = (cfg.alpha * f64::from(cfg.theta)).floor() as u32;
-        Router { cfg, tau, replicas, cursors: [0; 3], changes: Vec::new() }
+        Router { cfg, tau, replicas, cursors: [0; 3], changes: Vec::new(), premium_fell_back: false }
     }
 
     /// The configuration this router was built with.
@@ -274,11 +326,22 @@ impl Router {
         }
     }
 
+    /// A CPU reading: each replica's use since the last one as a fraction
+    /// of its budget (`None` where it was not measured).
+    pub fn observe_cpu(&mut self, used: &[Option<f64>]) {
+        for (rep, u) in self.replicas.iter_mut().zip(used) {
+            rep.cpu = u.map(|u| (u, rep.load()));
+        }
+        self.premium_fell_back = false;
+    }
+
     /// Marks a session of `class` on `replica` as ended (completed or broken).
     pub fn release(&mut self, replica: ReplicaId, class: Class) {
-        let slot = &mut self.replicas[replica.idx()].active[class.idx()];
+        let rep = &mut self.replicas[replica.idx()];
+        let slot = &mut rep.active[class.idx()];
         debug_assert!(*slot > 0, "release without admit");
         *slot = slot.saturating_sub(1);
+        rep.guests = rep.guests.min(rep.active[1]);
         if self.cfg.strategy == Strategy::Plb {
             self.return_borrowed();
         }
@@ -326,6 +389,12 @@ impl Router {
         self.replicas[replica.idx()].active
     }
 
+    /// Freemium guests on `replica` (sessions placed on a Premium replica
+    /// under `pressure`).
+    pub fn guests(&self, replica: ReplicaId) -> u32 {
+        self.replicas[replica.idx()].guests
+    }
+
     /// Number of healthy replicas in the router's view.
     pub fn survivors(&self) -> usize {
         self.replicas.iter().filter(|r| r.healthy).count()
@@ -358,12 +427,17 @@ impl Router {
     fn plb_admit(&mut self, class: Class) -> Option<ReplicaId> {
         let own = Role::of(class);
         let theta = self.cfg.theta;
-        if let Some(r) = self.least_loaded(class, |r| r.role == own && r.load() < theta) {
+        // Freemium guests (only ever on a Premium replica) never keep
+        // Premium out of its own role.
+        if let Some(r) = self.least_loaded(class, |r| r.role == own && r.load() - r.guests < theta) {
             return Some(r);
         }
         let bounded = self.cfg.mixed_bounded;
         if let Some(r) = self.least_loaded(class, |r| r.role == Role::M && (!bounded || r.load() < theta)) {
             return Some(r);
+        }
+        if class == Class::P {
+            self.premium_fell_back = true;
         }
         if let Some(r) = self.borrow(class) {
             return Some(r);
@@ -375,6 +449,11 @@ impl Router {
     fn borrow(&mut self, class: Class) -> Option<ReplicaId> {
         let own = Role::of(class);
         let lender = match (class, self.cfg.freemium_borrow) {
+            (Class::F, FreemiumBorrow::Pressure | FreemiumBorrow::PressureFallback) => {
+                let guest = self.room_for_a_guest()?;
+                self.replicas[guest.idx()].guests += 1;
+                return Some(guest);
+            }
             (Class::P, _) | (Class::F, FreemiumBorrow::Mirror) => self.lender_if_less_loaded(class)?,
             (Class::F, FreemiumBorrow::Never) => return None,
             (Class::F, rule) => {
@@ -391,6 +470,24 @@ impl Router {
         rep.home = Some(rep.role);
         rep.role = own;
         Some(lender)
+    }
+
+    /// Freemium's borrowing under `pressure`: the Premium replica whose CPU
+    /// with one session more stays lowest, if below [`PRESSURE_CPU`] (and,
+    /// under `pressure-fallback`, no Premium session fell back since the
+    /// last reading). It keeps its role: the Freemium session is its guest.
+    fn room_for_a_guest(&self) -> Option<ReplicaId> {
+        if self.premium_fell_back && self.cfg.freemium_borrow == FreemiumBorrow::PressureFallback {
+            return None;
+        }
+        self.replicas
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.role == Role::P && r.home.is_none() && r.open(Class::F))
+            .filter_map(|(i, r)| Some((i, r.cpu_with_one_more()?)))
+            .filter(|&(_, cpu)| cpu < PRESSURE_CPU)
+            .min_by(|(i, a), (j, b)| a.total_cmp(b).then(i.cmp(j)))
+            .map(|(i, _)| ReplicaId(i))
     }
 
     /// Premium's borrowing rule (and Freemium's under `mirror`): the
@@ -446,6 +543,7 @@ impl Router {
             let to = roles::canonical(&Slot { role: rep.role, home: rep.home, active: rep.active });
             if to != rep.role {
                 self.changes.push(RoleChange { replica: ReplicaId(i), from: rep.role, to, reason: "canonical" });
+                rep.guests = 0;
             }
             rep.role = to;
             rep.home = None;
@@ -456,6 +554,11 @@ impl Router {
         for Move { replica, from, to } in roles::repair(&mut view, &load, goal, self.cfg.reference) {
             self.replicas[replica.idx()].role = to;
             self.changes.push(RoleChange { replica, from, to, reason: "repair" });
+        }
+        // Guests are Freemium sessions on a Premium replica; a replica that
+        // changed role holds its role's own sessions.
+        for rep in self.replicas.iter_mut().filter(|r| r.role != Role::P) {
+            rep.guests = 0;
         }
     }
 }
@@ -542,6 +645,58 @@ mod tests {
                 assert_eq!(changes[0].reason, "borrow");
             }
         }
+    }
+
+    #[test]
+    fn pressure_lends_premium_cpu_headroom_to_freemium_guests() {
+        // Freemium's role and Mixed are at theta; r1 and r2 (P) hold one
+        // Premium session each.
+        let mut r = loaded(FreemiumBorrow::Pressure, 2, 6);
+        assert_eq!(r.admit(Class::F), Some(ReplicaId(3)), "no CPU measured: no borrowing");
+        r.release(ReplicaId(3), Class::F);
+        // r1 at 60% of its budget, r2 at 30%: with one session more r2
+        // would use 60% (0.3 x 2 / 1), r1 120%; both over half.
+        r.observe_cpu(&[Some(0.6), Some(0.3), Some(0.1), Some(0.1), Some(0.1)]);
+        assert_eq!(r.admit(Class::F), Some(ReplicaId(3)), "no headroom under half the budget");
+        r.release(ReplicaId(3), Class::F);
+        r.observe_cpu(&[Some(0.6), Some(0.2), Some(0.1), Some(0.1), Some(0.1)]);
+        assert_eq!(r.admit(Class::F), Some(ReplicaId(1)), "r2 with one more: 0.2 x 2 / 1 = 0.4");
+        assert_eq!((r.role(ReplicaId(1)), r.guests(ReplicaId(1))), (Role::P, 1), "a guest, no role change");
+        assert!(r.drain_changes().is_empty());
+        // The reading now counts the guest: 0.2 x 3 / 1 = 0.6.
+        assert_eq!(r.admit(Class::F), Some(ReplicaId(3)), "the guest used the headroom");
+        // The guest does not count against Premium's theta (2): once r1
+        // holds 2 Premium sessions, r2 (1 Premium + 1 guest) takes the next.
+        assert_eq!(r.admit(Class::P), Some(ReplicaId(0)));
+        assert_eq!(r.admit(Class::P), Some(ReplicaId(1)), "r2 is at theta only with its guest");
+        r.release(ReplicaId(1), Class::F);
+        assert_eq!(r.guests(ReplicaId(1)), 0, "its only Freemium session left");
+    }
+
+    #[test]
+    fn guests_are_forgotten_when_a_repair_moves_their_replica() {
+        let mut r = loaded(FreemiumBorrow::Pressure, 2, 6);
+        r.observe_cpu(&[Some(0.1); 5]);
+        let guest = r.admit(Class::F).unwrap();
+        assert_eq!((guest, r.guests(guest)), (ReplicaId(0), 1));
+        // r3 (Mixed) dies: r1 carries both classes and turns Mixed, then
+        // repair takes it back to P (goal 2,0,2): its Freemium session is
+        // no longer a guest but a session Premium counts against theta.
+        r.set_health(ReplicaId(2), false);
+        assert_eq!(r.guests(guest), 0);
+    }
+
+    #[test]
+    fn pressure_fallback_stops_guests_after_a_premium_fallback_until_the_next_reading() {
+        let mut r = loaded(FreemiumBorrow::PressureFallback, 4, 6);
+        r.observe_cpu(&[Some(0.1); 5]);
+        // P role (r1, r2) and Mixed (r3) at theta 2: Premium falls back.
+        let p = r.admit(Class::P).unwrap();
+        assert_eq!(r.role(p), Role::P, "past its role and Mixed, back to its own");
+        assert_eq!(r.admit(Class::F), Some(ReplicaId(3)), "no guest after the fallback");
+        r.observe_cpu(&[Some(0.1); 5]);
+        let guest = r.admit(Class::F).unwrap();
+        assert_eq!((r.role(guest), r.guests(guest)), (Role::P, 1), "a new reading shows headroom");
     }
 
     #[test]

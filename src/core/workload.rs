@@ -171,8 +171,8 @@ pub struct RouterKnobs {
     /// theta bounds admission step 2 (Mixed) too (design.md §2 as revised
     /// 2026-11-30, default true); false is the unbounded ablation.
     pub mixed_bounded: bool,
-    /// How far Freemium may borrow a Premium replica (default `surplus`,
-    /// design.md's rule; the others are ablations).
+    /// How far Freemium may borrow a Premium replica (default `pressure`,
+    /// design.md's rule as revised 2026-12-03; the others are ablations).
     pub freemium_borrow: super::router::FreemiumBorrow,
 }
 

@@ -21,6 +21,7 @@ pub mod startup;
 use crate::backend::live_metrics::{self, LiveMetrics, SessionOutcome};
 use crate::backend::proxy_feed::Feed;
 use crate::backend::waiting::{Asked, Control};
+use crate::cluster::Cluster;
 use crate::core::control::{ControlEvent, Controller};
 use crate::core::model::{Class, ReplicaId};
 use bytes::BytesMut;
@@ -55,6 +56,9 @@ pub struct ProxyInput {
     pub drain: Duration,
     /// Health probe interval (`None`: oracle detection, no probes).
     pub probe_interval: Option<Duration>,
+    /// The cluster, whose replicas' CPU the proxy reads once a second as a
+    /// run does (PLB's `pressure` borrowing and the admission gate read it).
+    pub cluster: Arc<Mutex<Cluster>>,
     /// `--metrics-addr`, bound.
     pub metrics: Option<std::net::TcpListener>,
     /// Write the feed (`backend::proxy_feed`) on stdout instead of event
@@ -223,6 +227,7 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
         }
     }
     background.push(tokio::spawn(tick(shared.clone())));
+    background.push(tokio::spawn(sample_cpu(shared.clone(), input.cluster)));
     let mut signals = Signals::new()?;
     let next = AtomicU32::new(0);
     loop {
@@ -313,6 +318,20 @@ async fn tick(shared: Arc<Shared>) {
             }
         });
         n += 1;
+    }
+}
+
+/// Every second: each replica's cumulative CPU, read as a run reads it,
+/// for the controller (`Controller::sample`).
+async fn sample_cpu(shared: Arc<Shared>, cluster: Arc<Mutex<Cluster>>) {
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        every.tick().await;
+        let cpu: Vec<Option<f64>> = {
+            let c = cluster.lock().expect("cluster lock");
+            (0..c.replicas()).map(|r| c.cpu_seconds(r)).collect()
+        };
+        shared.control(|ctl, now| ctl.c.sample(now, &cpu));
     }
 }
 

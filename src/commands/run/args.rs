@@ -135,7 +135,7 @@ pub struct CommonArgs {
     /// PLB ablation: Mixed admits whatever its load (design.md §2 before 2026-11-30) [default: bounded by theta].
     #[arg(long)]
     pub mixed_unbounded: bool,
-    /// PLB ablation: how far Freemium may borrow a Premium replica (admission step 3; the paper does not say).
+    /// PLB: how Freemium may borrow a Premium replica (admission step 3) [default: pressure, or the workload's router.freemium_borrow].
     #[arg(long, value_enum, value_name = "RULE")]
     pub freemium_borrow: Option<FreemiumBorrow>,
     /// Kept for old command lines: theta bounds Mixed by default now.
@@ -220,7 +220,9 @@ value_enum!(Strategy, Recovery, ClusterKind, Detection, Admission, Checks, Freem
 impl Help for FreemiumBorrow {
     fn help(self) -> &'static str {
         match self {
-            FreemiumBorrow::Surplus => "design.md (default): a Premium replica idle of Premium sessions, only while the Premium role is above its target",
+            FreemiumBorrow::Pressure => "design.md (default): a Freemium session may use a Premium replica while its CPU, with one session more, stays under half its budget and no Premium session fell back since the last CPU reading (no CPU measured: no borrowing)",
+            FreemiumBorrow::PressureFallback => "Ablation: pressure, and no borrowing either while a Premium session went past its role and Mixed since the last CPU reading",
+            FreemiumBorrow::Surplus => "design.md's first reading: a Premium replica idle of Premium sessions, only while the Premium role is above its target",
             FreemiumBorrow::Idle => "A Premium replica idle of Premium sessions, while the Premium role keeps another unborrowed replica",
             FreemiumBorrow::Mirror => "Premium's rule mirrored: the least-loaded Premium replica, if Premium keeps another unborrowed one and it is less loaded than Freemium's best",
             FreemiumBorrow::Never => "Freemium never borrows",
