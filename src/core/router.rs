@@ -476,6 +476,9 @@ impl Router {
     /// with one session more stays lowest, if below [`PRESSURE_CPU`] (and,
     /// under `pressure-fallback`, no Premium session fell back since the
     /// last reading). It keeps its role: the Freemium session is its guest.
+    /// A replica the health watch doubts (a share below 1: suspected,
+    /// degraded, probation) takes no guests: its CPU reading measures what
+    /// it could do before, not spare capacity.
     fn room_for_a_guest(&self) -> Option<ReplicaId> {
         if self.premium_fell_back && self.cfg.freemium_borrow == FreemiumBorrow::PressureFallback {
             return None;
@@ -483,7 +486,7 @@ impl Router {
         self.replicas
             .iter()
             .enumerate()
-            .filter(|(_, r)| r.role == Role::P && r.home.is_none() && r.open(Class::F))
+            .filter(|(_, r)| r.role == Role::P && r.home.is_none() && r.healthy && r.share[Class::F.idx()] >= 1.0)
             .filter_map(|(i, r)| Some((i, r.cpu_with_one_more()?)))
             .filter(|&(_, cpu)| cpu < PRESSURE_CPU)
             .min_by(|(i, a), (j, b)| a.total_cmp(b).then(i.cmp(j)))
@@ -671,6 +674,17 @@ mod tests {
         assert_eq!(r.admit(Class::P), Some(ReplicaId(1)), "r2 is at theta only with its guest");
         r.release(ReplicaId(1), Class::F);
         assert_eq!(r.guests(ReplicaId(1)), 0, "its only Freemium session left");
+    }
+
+    #[test]
+    fn a_replica_the_watch_doubts_takes_no_guests() {
+        let mut r = loaded(FreemiumBorrow::Pressure, 2, 6);
+        r.observe_cpu(&[Some(0.1), Some(0.3), Some(0.1), Some(0.1), Some(0.1)]);
+        r.set_shares(ReplicaId(0), [0.5, 0.5]);
+        // r1 is idlest but suspected: r2 (0.3 x 2 / 1 = 0.6) is over the cap.
+        assert_eq!(r.admit(Class::F), Some(ReplicaId(3)), "no guest on a doubted replica");
+        r.set_shares(ReplicaId(0), [1.0, 1.0]);
+        assert_eq!(r.admit(Class::F), Some(ReplicaId(0)), "trusted again");
     }
 
     #[test]
