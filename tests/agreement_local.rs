@@ -24,7 +24,7 @@ fn agreement_on_a_small_grid_writes_the_sim_vs_real_table() {
     let file = |n: &str| Stdio::from(std::fs::File::create(sb.root.join(n)).unwrap());
     let mut child = Command::new(env!("CARGO_BIN_EXE_plbbench"))
         .args(["agreement", "--strategies", "plb", "--faults", "premium-fault", "--repeat", "1"])
-        .args(["--time-scale", "0.1", "--checks", "warn", "-q", "--out"])
+        .args(["--time-scale", "0.1", "--checks", "warn", "--workload", "analytics", "-q", "--out"])
         .arg(sb.out())
         .env("PLBBENCH_STATE_DIR", sb.state_dir())
         .stdin(Stdio::null())

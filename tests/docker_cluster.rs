@@ -302,6 +302,8 @@ fn cascade_run_on_docker_routes_around_downs_and_down_all_cleans() {
     let out = sb.out().with_extension("via-proxy");
     let via = plbbench(&[
         "run",
+        "--workload",
+        "analytics",
         "--cluster",
         "docker",
         "--via-proxy",

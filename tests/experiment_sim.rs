@@ -418,6 +418,8 @@ fn loads_axis_draws_curves_and_offers_more_at_higher_load() {
         "25:75",
         "--faults",
         "none",
+        "--workload",
+        "analytics",
         "--loads",
         "0.3,0.9",
         "--repeat",

@@ -135,6 +135,8 @@ fn cascade_on_an_external_cluster_with_real_fault_commands() {
         "run",
         "--checks",
         "warn",
+        "--workload",
+        "analytics",
         "--cluster",
         "external",
         "--faults",

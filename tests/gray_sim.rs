@@ -12,9 +12,21 @@ use std::process::Command;
 fn run(name: &str, extra: &[&str]) -> PathBuf {
     let out = std::env::temp_dir().join(format!("plbbench-gray-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    // Not a test of run validity: `--checks warn`.
-    let mut args =
-        vec!["run", "--cluster", "sim", "--quiet", "--raw", "--checks", "warn", "--out", out.to_str().unwrap()];
+    // Not a test of run validity: `--checks warn`. The steady workload, so
+    // the faulty replica's slow-down is measured against known headroom.
+    let mut args = vec![
+        "run",
+        "--cluster",
+        "sim",
+        "--quiet",
+        "--raw",
+        "--checks",
+        "warn",
+        "--workload",
+        "analytics",
+        "--out",
+        out.to_str().unwrap(),
+    ];
     args.extend_from_slice(extra);
     let o = Command::new(env!("CARGO_BIN_EXE_plbbench")).args(&args).output().expect("run plbbench");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

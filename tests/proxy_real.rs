@@ -601,7 +601,19 @@ fn a_run_through_its_own_proxy() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let c = Cluster::up();
     let out_dir = c.root.join("run");
-    let mut cmd = c.plbbench(&["run", "--strategy", "plb", "--mix", "25:75", "--T", "200", "--duration", "40s"]);
+    let mut cmd = c.plbbench(&[
+        "run",
+        "--workload",
+        "analytics",
+        "--strategy",
+        "plb",
+        "--mix",
+        "25:75",
+        "--T",
+        "200",
+        "--duration",
+        "40s",
+    ]);
     cmd.args(["--via-proxy", "--raw", "--checks", "warn", "--progress", "lines", "--out", out_dir.to_str().unwrap()]);
     let out = run_within(cmd, Duration::from_secs(180));
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
@@ -637,7 +649,18 @@ fn a_run_through_its_own_proxy() {
     assert_eq!(on("P", &["r4", "r5"]), 0, "Premium on an F replica before the fault");
     assert_eq!(on("F", &["r1", "r2"]), 0, "Freemium on a P replica before the fault");
     // Killed with SIGKILL, the run cannot stop its proxy: the kernel does.
-    let mut cmd = c.plbbench(&["run", "--T", "20", "--duration", "60s", "--via-proxy", "--progress", "lines"]);
+    let mut cmd = c.plbbench(&[
+        "run",
+        "--workload",
+        "analytics",
+        "--T",
+        "20",
+        "--duration",
+        "60s",
+        "--via-proxy",
+        "--progress",
+        "lines",
+    ]);
     cmd.args(["--out", c.root.join("killed").to_str().unwrap()]);
     let log = c.root.join("killed.stderr");
     let mut run =

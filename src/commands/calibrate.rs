@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 /// `plbbench calibrate`.
 #[derive(Debug, Args)]
 pub struct CalibrateArgs {
-    /// Workload whose templates to measure [default: built-in analytics].
-    #[arg(long, value_name = "FILE")]
+    /// Workload whose templates to measure: a file or a built-in name [default: paper, whose templates are analytics'].
+    #[arg(long, value_name = "FILE|NAME")]
     pub workload: Option<PathBuf>,
     /// CPU quota of the measured replica, cores (C; the run's --cpus).
     #[arg(long, default_value_t = 0.3, value_name = "C")]
@@ -236,7 +236,12 @@ fn report(cal: &Calibration, w: &Workload) {
         sized.offered_utilisation(1000, 25, 5, cal.cpus) * 100.0,
         partition(&sized) * 100.0
     );
-    eprintln!("plbbench: session.between_ms = {:.0} puts that partition at 70%", sized.between_for(0.70, partition));
+    if w.session.between_ms > 0.0 {
+        eprintln!(
+            "plbbench: session.between_ms = {:.0} puts that partition at 70%",
+            sized.between_for(0.70, partition)
+        );
+    }
 }
 
 /// The machine the calibration runs on.

@@ -215,16 +215,19 @@ mod tests {
 
     const FILE: &str = include_str!("../../workloads/calibration-local.toml");
     const DEFAULT: &str = include_str!("../../workloads/analytics.toml");
+    const PAPER: &str = include_str!("../../workloads/paper.toml");
 
     #[test]
-    fn the_default_workload_carries_the_committed_calibration() {
+    fn the_built_in_workloads_carry_the_committed_calibration() {
         let c = Calibration::parse(FILE).unwrap();
-        let w = Workload::parse(DEFAULT).unwrap();
-        let mut calibrated = w.clone();
-        c.apply(&mut calibrated).unwrap();
-        assert_eq!(calibrated, w, "workloads/analytics.toml's costs differ from workloads/calibration-local.toml");
-        assert_eq!(c.workload, w.name);
-        assert_eq!(c.dataset_scale, w.dataset.scale);
+        for (file, text) in [("analytics", DEFAULT), ("paper", PAPER)] {
+            let w = Workload::parse(text).unwrap();
+            let mut calibrated = w.clone();
+            c.apply(&mut calibrated).unwrap();
+            assert_eq!(calibrated, w, "workloads/{file}.toml's costs differ from workloads/calibration-local.toml");
+            assert_eq!(c.dataset_scale, w.dataset.scale);
+        }
+        assert_eq!(c.workload, "analytics", "the templates were measured as the analytics workload's");
         for t in &c.template {
             assert!(t.at.iter().any(|p| p.connections == c.connections), "{}: no point at {}", t.name, c.connections);
         }

@@ -64,7 +64,10 @@ pub fn clients(total: u32, premium_pct: u32, ramp_s: f64, seed: u64) -> Vec<Clie
 }
 
 fn exp_s(rng: &mut ChaCha8Rng, mean_ms: f64) -> f64 {
-    Exp::new(1000.0 / mean_ms).expect("validated positive mean").sample(rng)
+    if mean_ms == 0.0 {
+        return 0.0; // a closed population: no pause
+    }
+    Exp::new(1000.0 / mean_ms).expect("validated non-negative mean").sample(rng)
 }
 
 impl Client {

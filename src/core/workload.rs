@@ -80,7 +80,8 @@ pub struct SessionShape {
     /// Mean think time between queries of a session, exponential (ms).
     pub think_ms: f64,
     /// Mean think time between sessions of a client, exponential (ms); a
-    /// client also thinks this long after it arrives.
+    /// client also thinks this long after it arrives. 0 is a closed
+    /// population: a client opens its next session as soon as one ends.
     pub between_ms: f64,
     /// CPU a replica spends setting up a session's connection (fork,
     /// authentication, first prepare), ms under the quota, as `plbbench
@@ -252,8 +253,8 @@ impl Workload {
         positive("run.duration_s", self.run.duration_s)?;
         positive("run.baseline_s", self.run.baseline_s)?;
         positive("session.think_ms", self.session.think_ms)?;
-        positive("session.between_ms", self.session.between_ms)?;
         for (field, v) in [
+            ("session.between_ms", self.session.between_ms),
             ("session.connect_cpu_ms", self.session.connect_cpu_ms),
             ("session.close_cpu_ms", self.session.close_cpu_ms),
             ("session.connect_latency_ms", self.session.connect_latency_ms),

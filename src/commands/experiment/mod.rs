@@ -660,7 +660,8 @@ mod tests {
 
     #[test]
     fn loads_are_an_axis_inside_the_mix_with_their_own_names() {
-        let e = parse(&["--strategies", "plb,rr", "--mixes", "25:75", "--faults", "none", "--loads", "0.6,1.2"]);
+        let axis = ["--strategies", "plb,rr", "--mixes", "25:75", "--faults", "none", "--loads", "0.6,1.2"];
+        let e = parse(&[&axis[..], &["--workload", "analytics"]].concat());
         let g = grid(&e, Path::new("/x")).unwrap();
         let names: Vec<(&str, Option<f64>)> = g.iter().take(4).map(|r| (r.name.as_str(), r.plan.load)).collect();
         assert_eq!(

@@ -20,8 +20,27 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The built-in default workload (`workloads/analytics.toml`).
-pub const DEFAULT_WORKLOAD: &str = include_str!("../../../workloads/analytics.toml");
+/// The built-in default workload (`workloads/paper.toml`: the paper's
+/// regime, design.md §3 revised 2026-12-03).
+pub const DEFAULT_WORKLOAD: &str = include_str!("../../../workloads/paper.toml");
+
+/// The workloads built into the binary, by name: `--workload NAME` finds
+/// them without a path (a file of that name, if one exists, wins).
+pub const BUILT_IN_WORKLOADS: [(&str, &str); 4] = [
+    ("paper", DEFAULT_WORKLOAD),
+    ("analytics", include_str!("../../../workloads/analytics.toml")),
+    ("closed-population", include_str!("../../../workloads/closed-population.toml")),
+    ("held-sessions", include_str!("../../../workloads/held-sessions.toml")),
+];
+
+/// The text of the built-in workload `name`, if `name` is one and no file
+/// of that name exists.
+pub fn built_in_workload(name: &Path) -> Option<&'static str> {
+    if name.exists() {
+        return None;
+    }
+    BUILT_IN_WORKLOADS.iter().find(|(n, _)| Path::new(n) == name).map(|(_, text)| *text)
+}
 
 /// Where the sessions run.
 #[derive(Clone, Debug, PartialEq)]
@@ -190,6 +209,15 @@ fn set_load(w: &mut Workload, load: f64, clients: u32, pct: u32, replicas: usize
     if !(load.is_finite() && load > 0.0) {
         return Err(input("--load", format!("must be a positive fraction of the cluster's capacity, got {load}")));
     }
+    if w.session.between_ms == 0.0 {
+        return Err(input(
+            "--load",
+            format!(
+                "the workload `{}` is a closed population (no pause between sessions), whose load is set by --T; the load axis is the steady workload's (--workload analytics)",
+                w.name
+            ),
+        ));
+    }
     let offered = |w: &Workload| w.offered_utilisation(clients, pct, replicas, cpus);
     let mut busiest = w.clone();
     busiest.session.between_ms = 0.0;
@@ -203,11 +231,22 @@ fn set_load(w: &mut Workload, load: f64, clients: u32, pct: u32, replicas: usize
     Ok(())
 }
 
-/// Loads the workload named by `--workload`, or the built-in default.
+/// Loads the workload `--workload` names (a file, or a built-in by name),
+/// or the built-in default.
 pub fn load_workload(path: Option<&Path>) -> Result<Workload, Error> {
     let (name, text) = match path {
-        Some(p) => (p.display().to_string(), read_text("--workload", p)?),
-        None => ("workloads/analytics.toml".to_string(), DEFAULT_WORKLOAD.to_string()),
+        Some(p) => match built_in_workload(p) {
+            Some(text) => (p.display().to_string(), text.to_string()),
+            None if !p.exists() && p.extension().is_none() => {
+                let names: Vec<&str> = BUILT_IN_WORKLOADS.iter().map(|(n, _)| *n).collect();
+                return Err(input(
+                    "--workload",
+                    format!("`{}` is neither a file nor a built-in workload ({})", p.display(), names.join(", ")),
+                ));
+            }
+            None => (p.display().to_string(), read_text("--workload", p)?),
+        },
+        None => ("paper".to_string(), DEFAULT_WORKLOAD.to_string()),
     };
     Workload::parse(&text).map_err(|e| input("--workload", format!("{name}: {e}")))
 }
@@ -690,9 +729,34 @@ mod tests {
         assert_eq!(check_splits(&c).unwrap(), ([1, 3, 1], (3, 2)));
     }
 
+    fn msg_of(e: Error) -> String {
+        match e {
+            Error::Input(m) => m,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn named_workloads_resolve_without_a_path_and_an_unknown_name_is_refused() {
+        assert_eq!(load_workload(None).unwrap().name, "paper");
+        for (name, _) in BUILT_IN_WORKLOADS {
+            assert_eq!(load_workload(Some(Path::new(name))).unwrap().name, name);
+        }
+        let e = msg_of(load_workload(Some(Path::new("analytic"))).unwrap_err());
+        assert_eq!(
+            e,
+            "--workload: `analytic` is neither a file nor a built-in workload (paper, analytics, closed-population, held-sessions)"
+        );
+        let e = msg_of(load_workload(Some(Path::new("/nonexistent/w.toml"))).unwrap_err());
+        assert!(e.starts_with("--workload: cannot read /nonexistent/w.toml"), "{e}");
+    }
+
     #[test]
     fn load_sets_the_pause_between_sessions_to_offer_that_share_of_the_cluster() {
-        let w0 = load_workload(None).unwrap();
+        let mut paper = load_workload(None).unwrap();
+        let closed = msg_of(set_load(&mut paper, 0.6, 1000, 25, 5, 0.3).unwrap_err());
+        assert!(closed.starts_with("--load: the workload `paper` is a closed population"), "{closed}");
+        let w0 = load_workload(Some(Path::new("analytics"))).unwrap();
         for load in [0.2, 0.6, 1.2] {
             let mut w = w0.clone();
             set_load(&mut w, load, 1000, 25, 5, 0.3).unwrap();

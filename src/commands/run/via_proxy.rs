@@ -65,7 +65,13 @@ pub fn flags(args: &RunArgs, time_scale: f64) -> Result<Option<Vec<String>>, Err
     for (flag, value) in [
         ("--reference", c.reference.clone()),
         ("--split", c.split.clone()),
-        ("--workload", c.workload.as_deref().map(|p| absolute(p).display().to_string())),
+        (
+            "--workload",
+            c.workload.as_deref().map(|p| match super::plan::built_in_workload(p) {
+                Some(_) => p.display().to_string(),
+                None => absolute(p).display().to_string(),
+            }),
+        ),
         ("--calibration", c.calibration.as_deref().map(|p| absolute(p).display().to_string())),
         ("--load", c.load.map(|x| x.to_string())),
         ("--theta", c.theta.map(|x| x.to_string())),
