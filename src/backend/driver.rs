@@ -890,10 +890,7 @@ async fn check(cfg: &Config, client: &mut Option<tokio_postgres::Client>) -> Res
 /// the cluster), router role and sessions, real up state.
 fn snapshot(ctx: &Ctx, cluster: &Mutex<Cluster>) -> Vec<ReplicaSample> {
     let k = ctx.configs.len();
-    let cpu: Vec<Option<f64>> = match cluster.try_lock() {
-        Ok(c) => (0..k).map(|r| c.cpu_seconds(r)).collect(),
-        Err(_) => vec![None; k],
-    };
+    let cpu = cluster.try_lock().map_or_else(|_| vec![None; k], |c| c.cpu_readings());
     let proxy = ctx.proxy.as_ref().and_then(|p| p.view.lock().expect("proxy view lock").clone());
     ctx.control(|ctl, _| {
         (0..k)

@@ -203,6 +203,12 @@ impl Cluster {
         }
     }
 
+    /// Cumulative CPU seconds of every replica, one reading each (what the
+    /// run's sampler and the proxy's feed the controller once a second).
+    pub fn cpu_readings(&self) -> Vec<Option<f64>> {
+        (0..self.replicas()).map(|r| self.cpu_seconds(r)).collect()
+    }
+
     /// Server version of the replicas.
     pub fn pg_version(&self) -> String {
         match self {

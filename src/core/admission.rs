@@ -183,15 +183,10 @@ pub fn utilisation(before: &[Option<f64>], after: &[Option<f64>], dt_s: f64, cpu
         .collect()
 }
 
-/// Mean CPU percent of the `healthy` replicas between two cumulative CPU
-/// readings `dt_s` apart, `cpus` cores each; `None` if none was measured.
-pub fn cpu_pct(before: &[Option<f64>], after: &[Option<f64>], healthy: &[bool], dt_s: f64, cpus: f64) -> Option<f64> {
-    let us: Vec<f64> = utilisation(before, after, dt_s, cpus)
-        .into_iter()
-        .enumerate()
-        .filter(|&(r, _)| healthy[r])
-        .filter_map(|(_, u)| u)
-        .collect();
+/// Mean CPU percent of the `healthy` replicas, from their utilisations
+/// ([`utilisation`]); `None` if none was measured.
+pub fn cpu_pct(utilisation: &[Option<f64>], healthy: &[bool]) -> Option<f64> {
+    let us: Vec<f64> = utilisation.iter().enumerate().filter(|&(r, _)| healthy[r]).filter_map(|(_, u)| *u).collect();
     (!us.is_empty()).then(|| 100.0 * us.iter().sum::<f64>() / us.len() as f64)
 }
 

@@ -361,9 +361,10 @@ impl Controller {
         let (t0, before) = &self.last_cpu;
         let dt_s = now_s - t0;
         let healthy: Vec<bool> = (0..cpu_s.len()).map(|r| self.router.is_healthy(ReplicaId(r))).collect();
-        let cpu_pct = super::admission::cpu_pct(before, cpu_s, &healthy, dt_s, self.cpus);
+        let utilisation = super::admission::utilisation(before, cpu_s, dt_s, self.cpus);
+        let cpu_pct = super::admission::cpu_pct(&utilisation, &healthy);
         if cpu_s.iter().any(Option::is_some) {
-            self.router.observe_cpu(&super::admission::utilisation(before, cpu_s, dt_s, self.cpus));
+            self.router.observe_cpu(&utilisation);
             self.last_cpu = (now_s, cpu_s.to_vec());
         }
         let tr = self.gate.as_mut()?.observe(now_s, Load { cpu_pct, ..Load::default() })?;

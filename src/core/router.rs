@@ -449,7 +449,7 @@ impl Router {
     fn borrow(&mut self, class: Class) -> Option<ReplicaId> {
         let own = Role::of(class);
         let lender = match (class, self.cfg.freemium_borrow) {
-            (Class::F, FreemiumBorrow::Pressure | FreemiumBorrow::PressureFallback) => {
+            (Class::F, rule) if rule.takes_guests() => {
                 let guest = self.room_for_a_guest()?;
                 self.replicas[guest.idx()].guests += 1;
                 return Some(guest);

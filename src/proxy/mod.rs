@@ -327,10 +327,7 @@ async fn sample_cpu(shared: Arc<Shared>, cluster: Arc<Mutex<Cluster>>) {
     let mut every = tokio::time::interval(Duration::from_secs(1));
     loop {
         every.tick().await;
-        let cpu: Vec<Option<f64>> = {
-            let c = cluster.lock().expect("cluster lock");
-            (0..c.replicas()).map(|r| c.cpu_seconds(r)).collect()
-        };
+        let cpu = cluster.lock().expect("cluster lock").cpu_readings();
         shared.control(|ctl, now| ctl.c.sample(now, &cpu));
     }
 }
