@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The paper's grid on the real local cluster (docs/paper.md, "The paper's
+# regime"): mix 25:75, the four strategies, both presets, 3 repeats, time
+# scale 0.7, with the 1-minute load average sampled every 30 s into
+# OUT/loadavg.csv beside the experiment. The experiment resumes: run it
+# again with the same OUT to finish an interrupted grid (it may span
+# sessions). Measure on a quiet machine: no build, no other benchmark.
+# Extra arguments go to `plbbench experiment` (e.g. --workload analytics).
+# Usage: scripts/real-paper-grid.sh OUT [ARGS...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?usage: scripts/real-paper-grid.sh OUT [ARGS...]}
+shift
+bin=target/release/plbbench
+[[ -x $bin ]] || bash scripts/setup.sh
+mkdir -p "$out"
+[[ -f $out/loadavg.csv ]] || echo "utc,load1,load5,load15" > "$out/loadavg.csv"
+(
+    while true; do
+        read -r l1 l5 l15 _ < /proc/loadavg
+        echo "$(date -u +%Y-%m-%dT%H:%M:%SZ),$l1,$l5,$l15" >> "$out/loadavg.csv"
+        sleep 30
+    done
+) &
+sampler=$!
+trap 'kill $sampler 2>/dev/null || true' EXIT
+"$bin" experiment --cluster local --strategies plb,rr-split,rr,lc --mixes 25:75 \
+    --faults premium-fault,cascade --repeat 3 --time-scale 0.7 --progress lines --out "$out" "$@"
