@@ -2,13 +2,12 @@
 # The nightly regression job (docs/manual.md, "Nightly regression job"). Builds plbbench (scripts/setup.sh),
 # then:
 #   1. runs the simulator's full paper grid (4 strategies x 3 mixes x
-#      2 presets x 5 repeats, T=1000, the default workload: the paper's
-#      regime; deterministic, under a minute) and
+#      2 presets x 5 repeats, T=1000; deterministic, a few seconds) and
 #      compares it with the committed baseline ci/baseline/sim under tight
 #      thresholds: any change in the simulator's results is a change in the
 #      code, so it must be explained and the baseline refreshed;
-#   2. runs a short real-cluster experiment (the steady workload, plb and
-#      5RR, cascade, 25:75, one repeat, time scale 0.2: two 60 s runs on five local PostgreSQL
+#   2. runs a short real-cluster experiment (plb and 5RR, cascade, 25:75,
+#      one repeat, time scale 0.2: two 60 s runs on five local PostgreSQL
 #      servers) and compares it with ci/baseline/real under loose
 #      thresholds that catch a broken router or driver, not machine noise;
 #   3. rebuilds reports/index.html so the night's reports are archived.
@@ -59,11 +58,7 @@ compare sim \
 
 if [[ $real == 1 ]]; then
     echo "nightly: real local cluster, plb and rr, cascade 25:75, time scale 0.2 -> $out/real"
-    # The steady workload, by name: a gate needs a regime whose figures
-    # move little between quiet runs; the paper's saturated regime (the
-    # default) has p95 of seconds that follow the machine's speed, and its
-    # 10 s of thinks a session do not fit 0.2-scaled phases.
-    "$bin" experiment --cluster local --workload analytics --strategies plb,rr --mixes 25:75 --faults cascade \
+    "$bin" experiment --cluster local --strategies plb,rr --mixes 25:75 --faults cascade \
         --repeat 1 --time-scale 0.2 -q --checks warn --out "$out/real"
     # Gates (2026-12-01, sized workload): two back-to-back runs on a quiet
     # machine differed by at most 12 ms in plb's Premium p95 (phases of

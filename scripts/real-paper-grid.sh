@@ -5,7 +5,8 @@
 # OUT/loadavg.csv beside the experiment. The experiment resumes: run it
 # again with the same OUT to finish an interrupted grid (it may span
 # sessions). Measure on a quiet machine: no build, no other benchmark.
-# Extra arguments go to `plbbench experiment` (e.g. --workload analytics).
+# The paper's workload (`--workload paper`) unless WORKLOAD names another.
+# Extra arguments go to `plbbench experiment`.
 # Usage: scripts/real-paper-grid.sh OUT [ARGS...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,5 +25,5 @@ mkdir -p "$out"
 ) &
 sampler=$!
 trap 'kill $sampler 2>/dev/null || true' EXIT
-"$bin" experiment --cluster local --strategies plb,rr-split,rr,lc --mixes 25:75 \
+"$bin" experiment --cluster local --workload "${WORKLOAD:-paper}" --strategies plb,rr-split,rr,lc --mixes 25:75 \
     --faults premium-fault,cascade --repeat 3 --time-scale 0.7 --progress lines --out "$out" "$@"

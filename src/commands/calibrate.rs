@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 /// `plbbench calibrate`.
 #[derive(Debug, Args)]
 pub struct CalibrateArgs {
-    /// Workload whose templates to measure: a file or a built-in name [default: paper, whose templates are analytics'].
+    /// Workload whose templates to measure: a file or a built-in name [default: analytics; paper has the same templates].
     #[arg(long, value_name = "FILE|NAME")]
     pub workload: Option<PathBuf>,
     /// CPU quota of the measured replica, cores (C; the run's --cpus).

@@ -110,7 +110,7 @@ pub struct ClusterUpArgs {
     /// docker: memory limit per container in MiB.
     #[arg(long, default_value_t = 1024, value_name = "MIB")]
     pub memory_mib: u64,
-    /// Workload whose dataset to load: a file or a built-in name [default: paper; every built-in has the same dataset].
+    /// Workload whose dataset to load: a file or a built-in name [default: analytics; every built-in has the same dataset].
     #[arg(long, value_name = "FILE|NAME")]
     pub workload: Option<PathBuf>,
 }

@@ -20,15 +20,17 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The built-in default workload (`workloads/paper.toml`: the paper's
-/// regime, design.md §3 revised 2026-12-03).
-pub const DEFAULT_WORKLOAD: &str = include_str!("../../../workloads/paper.toml");
+/// The built-in default workload (`workloads/analytics.toml`, the steady
+/// one). The paper's regime (`paper`) is built in beside it; it becomes the
+/// default once the real cluster holds it (docs/paper.md, "The paper's
+/// regime").
+pub const DEFAULT_WORKLOAD: &str = include_str!("../../../workloads/analytics.toml");
 
 /// The workloads built into the binary, by name: `--workload NAME` finds
 /// them without a path (a file of that name, if one exists, wins).
 pub const BUILT_IN_WORKLOADS: [(&str, &str); 4] = [
-    ("paper", DEFAULT_WORKLOAD),
-    ("analytics", include_str!("../../../workloads/analytics.toml")),
+    ("analytics", DEFAULT_WORKLOAD),
+    ("paper", include_str!("../../../workloads/paper.toml")),
     ("closed-population", include_str!("../../../workloads/closed-population.toml")),
     ("held-sessions", include_str!("../../../workloads/held-sessions.toml")),
 ];
@@ -246,7 +248,7 @@ pub fn load_workload(path: Option<&Path>) -> Result<Workload, Error> {
             }
             None => (p.display().to_string(), read_text("--workload", p)?),
         },
-        None => ("paper".to_string(), DEFAULT_WORKLOAD.to_string()),
+        None => ("analytics".to_string(), DEFAULT_WORKLOAD.to_string()),
     };
     Workload::parse(&text).map_err(|e| input("--workload", format!("{name}: {e}")))
 }
@@ -738,14 +740,14 @@ mod tests {
 
     #[test]
     fn named_workloads_resolve_without_a_path_and_an_unknown_name_is_refused() {
-        assert_eq!(load_workload(None).unwrap().name, "paper");
+        assert_eq!(load_workload(None).unwrap().name, "analytics");
         for (name, _) in BUILT_IN_WORKLOADS {
             assert_eq!(load_workload(Some(Path::new(name))).unwrap().name, name);
         }
         let e = msg_of(load_workload(Some(Path::new("analytic"))).unwrap_err());
         assert_eq!(
             e,
-            "--workload: `analytic` is neither a file nor a built-in workload (paper, analytics, closed-population, held-sessions)"
+            "--workload: `analytic` is neither a file nor a built-in workload (analytics, paper, closed-population, held-sessions)"
         );
         let e = msg_of(load_workload(Some(Path::new("/nonexistent/w.toml"))).unwrap_err());
         assert!(e.starts_with("--workload: cannot read /nonexistent/w.toml"), "{e}");
@@ -753,10 +755,10 @@ mod tests {
 
     #[test]
     fn load_sets_the_pause_between_sessions_to_offer_that_share_of_the_cluster() {
-        let mut paper = load_workload(None).unwrap();
+        let mut paper = load_workload(Some(Path::new("paper"))).unwrap();
         let closed = msg_of(set_load(&mut paper, 0.6, 1000, 25, 5, 0.3).unwrap_err());
         assert!(closed.starts_with("--load: the workload `paper` is a closed population"), "{closed}");
-        let w0 = load_workload(Some(Path::new("analytics"))).unwrap();
+        let w0 = load_workload(None).unwrap();
         for load in [0.2, 0.6, 1.2] {
             let mut w = w0.clone();
             set_load(&mut w, load, 1000, 25, 5, 0.3).unwrap();
