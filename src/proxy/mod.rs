@@ -19,7 +19,8 @@ pub mod scram;
 pub mod startup;
 
 use crate::backend::live_metrics::{self, LiveMetrics, SessionOutcome};
-use crate::backend::proxy_feed::Feed;
+use crate::backend::proxy_feed::{unix_now, Feed};
+use crate::backend::signals::Signals;
 use crate::backend::waiting::{Asked, Control};
 use crate::cluster::Cluster;
 use crate::core::control::{ControlEvent, Controller};
@@ -193,9 +194,7 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
     let listener = TcpListener::from_std(input.listener)?;
     let start = Instant::now();
     if input.feed {
-        let start_unix_s =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-        println!("{}", Feed::Listening { addr: listener.local_addr()?, start_unix_s }.line());
+        println!("{}", Feed::Listening { addr: listener.local_addr()?, start_unix_s: unix_now() }.line());
     }
     let (term_tx, terminate) = watch::channel(false);
     let live = input.metrics.as_ref().map(|_| Arc::new(Mutex::new(LiveMetrics::new())));
@@ -228,7 +227,7 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
     }
     background.push(tokio::spawn(tick(shared.clone())));
     background.push(tokio::spawn(sample_cpu(shared.clone(), input.cluster)));
-    let mut signals = Signals::new()?;
+    let mut signals = Signals::require()?;
     let next = AtomicU32::new(0);
     loop {
         tokio::select! {
@@ -347,25 +346,5 @@ async fn probe(shared: Arc<Shared>, r: ReplicaId, interval: Duration) {
             ctl.c.probed(r, seen, began, now);
             ctl.c.tick(now);
         });
-    }
-}
-
-/// SIGINT and SIGTERM.
-struct Signals {
-    int: tokio::signal::unix::Signal,
-    term: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn new() -> std::io::Result<Signals> {
-        use tokio::signal::unix::{signal, SignalKind};
-        Ok(Signals { int: signal(SignalKind::interrupt())?, term: signal(SignalKind::terminate())? })
-    }
-
-    async fn recv(&mut self) {
-        tokio::select! {
-            _ = self.int.recv() => {},
-            _ = self.term.recv() => {},
-        }
     }
 }
