@@ -105,6 +105,7 @@ pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
         rule: cfg.class.clone(),
         users,
         login_timeout: Duration::from_secs_f64(cfg.login_timeout_s),
+        late_class_timeout: Duration::from_millis(cfg.late_class_timeout_ms),
         server_connect_timeout: Duration::from_secs_f64(cfg.server_connect_timeout_s),
         drain: Duration::from_secs_f64(cfg.drain_s),
         probe_interval: plan.probe_interval,

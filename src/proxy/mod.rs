@@ -13,6 +13,8 @@
 
 pub mod class_rule;
 pub mod config;
+mod late;
+pub mod late_class;
 mod login;
 mod relay;
 pub mod scram;
@@ -51,6 +53,9 @@ pub struct ProxyInput {
     pub users: Option<HashMap<String, scram::Secret>>,
     /// Limits from the config file.
     pub login_timeout: Duration,
+    /// How long a client whose startup packet carries no class may take
+    /// to name it with its first statement.
+    pub late_class_timeout: Duration,
     /// The proxy's own connection to a replica.
     pub server_connect_timeout: Duration,
     /// How long sessions may finish after a signal.
@@ -76,6 +81,9 @@ pub struct ProxyOutcome {
     pub cut: usize,
 }
 
+/// A BackendKeyData's process id and secret key.
+type CancelKey = (u32, u32);
+
 /// State every connection task shares.
 pub(crate) struct Shared {
     start: Instant,
@@ -84,8 +92,15 @@ pub(crate) struct Shared {
     rule: ClassRule,
     users: Option<HashMap<String, scram::Secret>>,
     server_connect_timeout: Duration,
-    /// Cancel keys of live sessions: which replica issued them.
-    keys: Mutex<HashMap<(u32, u32), ReplicaId>>,
+    /// See [`ProxyInput::late_class_timeout`].
+    late_class_timeout: Duration,
+    /// The ParameterStatus messages of a server login (the first one the
+    /// proxy saw), told to clients the proxy logs in itself.
+    server_params: Mutex<Option<Vec<Vec<u8>>>>,
+    /// Cancel keys of live sessions, as their clients know them: the
+    /// replica that issued the session's key and that key (the same key,
+    /// unless the proxy gave the client one of its own).
+    keys: Mutex<HashMap<CancelKey, (ReplicaId, CancelKey)>>,
     /// Set when open sessions are to be closed.
     terminate: watch::Receiver<bool>,
     live: Option<Arc<Mutex<LiveMetrics>>>,
@@ -148,6 +163,35 @@ impl Shared {
         }
     }
 
+    /// Keeps the ParameterStatus messages of a server's login (from its
+    /// AuthenticationOk through its ReadyForQuery), if none are kept yet.
+    fn remember_params(&self, greeting: &[u8]) {
+        let mut kept = self.server_params.lock().expect("params lock");
+        if kept.is_none() {
+            *kept = late_class::greeting(greeting).map(|g| g.params);
+        }
+    }
+
+    /// Session `id`, routed as `class` to `r`, named itself `value` with
+    /// `SET application_name`: said on stderr and counted when it names
+    /// another class (the caller does this once per session).
+    fn named_after_routing(&self, id: u32, r: ReplicaId, class: Class, value: &str) -> bool {
+        let named = self.rule.class_of_value(value);
+        if named == class {
+            return false;
+        }
+        eprintln!(
+            "plbbench proxy: session {id} set application_name {value:?} ({}) after it was routed as {} to {r}; \
+             it stays there (sessions are routed once, at their start)",
+            named.long(),
+            class.long()
+        );
+        if let Some(live) = &self.live {
+            live.lock().expect("metrics lock").proxy_class_after_routing(class);
+        }
+        true
+    }
+
     /// A session on `r` ended; hands freed capacity to waiting sessions.
     fn ended(&self, r: ReplicaId, class: Class) {
         self.control(|c, now| c.ended(r, class, now));
@@ -166,7 +210,7 @@ impl Shared {
     /// Passes a cancel request to the replica that issued the key (PostgreSQL
     /// answers none; an unknown key is ignored, as a server does).
     async fn cancel(&self, pid: u32, key: u32) {
-        let Some(r) = self.keys.lock().expect("keys lock").get(&(pid, key)).copied() else { return };
+        let Some((r, (pid, key))) = self.keys.lock().expect("keys lock").get(&(pid, key)).copied() else { return };
         let cfg = &self.replicas[r.idx()];
         let (Some(tokio_postgres::config::Host::Tcp(h)), Some(port)) =
             (cfg.get_hosts().first(), cfg.get_ports().first())
@@ -205,6 +249,8 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
         rule: input.rule,
         users: input.users,
         server_connect_timeout: input.server_connect_timeout,
+        late_class_timeout: input.late_class_timeout,
+        server_params: Mutex::new(None),
         keys: Mutex::new(HashMap::new()),
         terminate,
         live: live.clone(),
@@ -281,10 +327,10 @@ async fn connection(shared: Arc<Shared>, id: u32, mut sock: TcpStream, login_tim
         _ = stopping(&mut stop) => Err(Fatal::new("57P01", "terminating connection due to administrator command")),
     };
     match entry {
-        Ok(Entry::Session(startup)) if buf.is_empty() => {
-            let class = shared.rule.classify(&startup);
-            relay::session(&shared, id, sock, &startup, class).await;
-        }
+        Ok(Entry::Session(startup)) if buf.is_empty() => match shared.rule.class_of(&startup) {
+            Some(class) => relay::session(&shared, id, sock, &startup, class).await,
+            None => late::session(&shared, id, sock, &startup).await,
+        },
         Ok(Entry::Session(_)) => {
             let f = Fatal::new("08P01", "unexpected message before authentication finished");
             login::send_fatal(&mut sock, &f).await;
