@@ -1,11 +1,13 @@
 //! `plbbench proxy` ([proxy](docs/proxy.md)): a session-level PostgreSQL router that puts
 //! PLB in front of clients plbbench did not write (psql, pgbench,
 //! applications). A session's class comes from its startup packet
-//! ([`class_rule`]); the proxy authenticates the client itself
+//! ([`class_rule`]), or, for a client that names itself late, from its
+//! first statement ([`late_class`], [`late`]); the proxy authenticates the client itself
 //! ([`login`], [`scram`]); the replica is chosen once, when the client
-//! connects, by the same run controller as `run` (`core::control`: router,
+//! is ready, by the same run controller as `run` (`core::control`: router,
 //! watch, admission gate, probation), fed by the same health probes; after
-//! that bytes flow both ways unparsed ([`relay`]). Events go to stderr as
+//! that bytes flow both ways, followed by message length only, save the
+//! start of each statement, read for `SET application_name` ([`relay`]). Events go to stderr as
 //! a run's go to events.csv; the run's Prometheus metrics are served with
 //! the proxy's own beside them. SIGINT or SIGTERM stops accepting, lets
 //! sessions finish for the configured drain time, then closes the rest

@@ -2,7 +2,9 @@
 //! controller picks the replica (queueing or refusing as `run` would), the
 //! proxy logs into it with the cluster's credentials, hands the client the
 //! server's AuthenticationOk, parameters and key, then copies bytes both
-//! ways without reading queries. The server-to-client stream is followed
+//! ways without interpreting queries (the start of each is read only to
+//! notice a `SET application_name` that names another class, which is
+//! logged: the session stays). The server-to-client stream is followed
 //! message by message (lengths only), so when the replica's connection
 //! breaks, or the proxy stops, the client gets one whole FATAL
 //! ErrorResponse at a message boundary and a closed socket, never a hang.
