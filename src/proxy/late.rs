@@ -66,7 +66,8 @@ pub async fn session(shared: &Shared, id: u32, mut client: TcpStream, startup: &
 struct Heard {
     /// The value of its `SET application_name`, if it sent one.
     app_name: Option<String>,
-    /// The `SET`s the proxy answered, whole messages, in order.
+    /// The `SET`s the proxy answered, whole messages (a Query, or an
+    /// extended-protocol batch through its Sync), in order.
     sets: Vec<Vec<u8>>,
     /// Its bytes from the first message not answered on: for the server.
     first: Vec<u8>,
@@ -91,14 +92,23 @@ async fn listen(shared: &Shared, client: &mut TcpStream) -> Option<Heard> {
             if buf.len() < len {
                 break;
             }
-            match late_class::sql_of(tag, &buf[5..len]).map(|sql| late_class::said(&sql)) {
-                Some(Said::OtherSet) if tag == b'Q' && sets.len() < MAX_ANSWERED => {
-                    sets.push(buf.split_to(len).to_vec());
-                    client.write_all(&late_class::set_answered()).await.ok()?;
-                }
-                Some(Said::AppName(v)) => return Some(Heard { app_name: Some(v), sets, first: buf.to_vec() }),
-                _ => return Some(Heard { app_name: None, sets, first: buf.to_vec() }),
-            }
+            let said = late_class::sql_of(tag, &buf[5..len]).map(|sql| late_class::said(&sql));
+            let answered = match (said, tag) {
+                (Some(Said::OtherSet), b'Q') if sets.len() < MAX_ANSWERED => Some((len, late_class::set_answered())),
+                (Some(Said::OtherSet), b'P') if sets.len() < MAX_ANSWERED => match late_class::set_batch_answered(&buf)
+                {
+                    None if buf.len() <= MAX_FIRST => break,
+                    Some(Some(batch)) => Some(batch),
+                    _ => None,
+                },
+                (Some(Said::AppName(v)), _) => return Some(Heard { app_name: Some(v), sets, first: buf.to_vec() }),
+                _ => None,
+            };
+            let Some((used, answer)) = answered else {
+                return Some(Heard { app_name: None, sets, first: buf.to_vec() });
+            };
+            sets.push(buf.split_to(used).to_vec());
+            client.write_all(&answer).await.ok()?;
         }
         buf.reserve(1024);
         tokio::select! {

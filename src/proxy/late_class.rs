@@ -199,6 +199,36 @@ pub fn set_answered() -> Vec<u8> {
     m
 }
 
+/// The server's answers to an extended-protocol batch that runs a plain
+/// `SET` (pgjdbc's way: Parse, Bind, Describe, Execute, Sync) at the front
+/// of `buf`, which starts with that Parse: `None` while the batch is
+/// incomplete, `Some(None)` when it holds another message (it is not
+/// answered), else the bytes the batch took and the answers.
+pub fn set_batch_answered(buf: &[u8]) -> Option<Option<(usize, Vec<u8>)>> {
+    let mut at = 0;
+    let mut out = Vec::new();
+    loop {
+        let (tag, len) = message_len(&buf[at..])?;
+        let body = buf.get(at + 5..at + len)?;
+        at += len;
+        match tag {
+            b'P' if at == len => out.extend(message(b'1', b"")),
+            b'B' => out.extend(message(b'2', b"")),
+            b'D' if body.first() == Some(&b'S') => {
+                out.extend(message(b't', &[0, 0]));
+                out.extend(message(b'n', b""));
+            }
+            b'D' => out.extend(message(b'n', b"")),
+            b'E' => out.extend(message(b'C', b"SET\0")),
+            b'S' => {
+                out.extend(ready());
+                return Some(Some((at, out)));
+            }
+            _ => return Some(None),
+        }
+    }
+}
+
 /// BackendKeyData with the proxy's own key.
 pub fn key_data(pid: u32, key: u32) -> Vec<u8> {
     let mut body = pid.to_be_bytes().to_vec();
@@ -316,6 +346,30 @@ mod tests {
         assert_eq!(sql_of(b'S', b""), None);
         assert_eq!(message_len(&[b'Q', 0, 0, 0, 9]), Some((b'Q', 10)));
         assert_eq!(message_len(&[b'Q', 0, 0]), None);
+    }
+
+    #[test]
+    fn pgjdbcs_set_batch_is_answered_as_a_server_would() {
+        let mut batch = message(b'P', b"\0SET extra_float_digits = 3\0\0\0");
+        batch.extend(message(b'B', &[0; 8]));
+        batch.extend(message(b'D', b"P\0"));
+        batch.extend(message(b'E', &[0, 0, 0, 0, 1]));
+        batch.extend(message(b'S', b""));
+        for cut in 0..batch.len() {
+            assert_eq!(set_batch_answered(&batch[..cut]), None, "cut {cut}");
+        }
+        let mut more = batch.clone();
+        more.extend(b"Q...");
+        let (used, answer) = set_batch_answered(&more).unwrap().unwrap();
+        assert_eq!(used, batch.len());
+        let tags: Vec<u8> = std::iter::successors(Some(0usize), |&at| message_len(&answer[at..]).map(|(_, l)| at + l))
+            .take_while(|&at| at < answer.len())
+            .map(|at| answer[at])
+            .collect();
+        assert_eq!(tags, b"12nCZ");
+        let mut other = message(b'P', b"\0SET a = 1\0\0\0");
+        other.extend(message(b'Q', b"SELECT 1\0"));
+        assert_eq!(set_batch_answered(&other), Some(None), "a simple query inside the batch");
     }
 
     #[test]
