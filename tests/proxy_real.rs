@@ -821,3 +821,87 @@ fn a_proxy_without_config_serves_loopback_only() {
     };
     assert_eq!((routed("premium"), routed("freemium")), (Some(1.0), Some(2.0)), "{m:?}");
 }
+
+/// Makes a test CA and a certificate for 127.0.0.1 signed by it in `dir`
+/// with openssl: ca.pem, server.pem, server.key.
+fn test_ca(dir: &Path) {
+    let openssl = |args: &[&str]| {
+        let mut cmd = Command::new("openssl");
+        cmd.args(args).current_dir(dir);
+        let out = run_within(cmd, Duration::from_secs(60));
+        assert!(out.status.success(), "openssl {args:?}: {}", text(&out.stderr));
+    };
+    let subject = |cn: &str| format!("/CN={cn}");
+    let ca_subject = subject("plbbench test CA");
+    openssl(
+        &["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2"]
+            .into_iter()
+            .chain(["-subj", ca_subject.as_str()])
+            .collect::<Vec<_>>(),
+    );
+    std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    let server_subject = subject("127.0.0.1");
+    openssl(
+        &["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj"]
+            .into_iter()
+            .chain([server_subject.as_str()])
+            .collect::<Vec<_>>(),
+    );
+    let sign = ["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial"];
+    openssl(&[&sign[..], &["-days", "2", "-extfile", "ext.cnf", "-out", "server.pem"]].concat());
+}
+
+/// `[tls] mode = "require"`: psql with `sslmode=verify-full` and the test
+/// CA is served (so the proxy spoke TLS with a certificate for 127.0.0.1),
+/// a plain-text login gets a FATAL that says why, and a key file that
+/// cannot be read stops the proxy with one line, exit 2.
+#[test]
+fn tls_to_clients() {
+    if !have_postgres() {
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let openssl = Command::new("openssl").arg("version").output().is_ok_and(|o| o.status.success());
+    assert!(openssl, "openssl not found");
+    let c = Cluster::up_with(1);
+    test_ca(&c.root);
+    let config = c.root.join("tls.toml");
+    let write = |key: &str| {
+        let tls = format!("[tls]\nmode = \"require\"\ncert_file = \"server.pem\"\nkey_file = \"{key}\"\n");
+        std::fs::write(&config, tls).unwrap();
+    };
+    let args = |port: u16| {
+        let mut cmd = c.plbbench(&["proxy", "--config", config.to_str().unwrap(), "--replicas", "1"]);
+        cmd.args(["--strategy", "rr", "--T", "10", "--listen", &format!("127.0.0.1:{port}")]);
+        cmd
+    };
+    write("missing.key");
+    let out = run_within(args(free_port()), Duration::from_secs(30));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("tls.key_file") && err.contains("missing.key"), "{err}");
+    write("server.key");
+    let port = free_port();
+    let mut cmd = args(port);
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(std::fs::File::create(c.root.join("proxy.stderr")).unwrap());
+    let mut child = cmd.spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let p = Proxy { child, _out: out, port, metrics: free_port(), stderr: c.root.join("proxy.stderr") };
+    assert!(first.contains("tls require"), "{first}");
+    let psql = |sslmode: &str| {
+        let ca = c.root.join("ca.pem");
+        let dsn = format!("{} sslmode={sslmode} sslrootcert={}", p.dsn("plbbench"), ca.display());
+        let mut cmd = Command::new("psql");
+        cmd.args(["-XAtq", &dsn, "-c", "SELECT 40 + 2"]).env("PGAPPNAME", "premium-tls");
+        let out = run_within(cmd, Duration::from_secs(60));
+        (out.status.success(), text(&out.stdout).trim().to_string(), text(&out.stderr))
+    };
+    let (ok, rows, err) = psql("verify-full");
+    assert!(ok && rows == "42", "TLS login: {rows} {err}");
+    let (ok, _, err) = psql("disable");
+    assert!(!ok && err.contains("accepts TLS connections only"), "{err}");
+    drop(p);
+}

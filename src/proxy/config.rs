@@ -8,6 +8,7 @@
 
 use super::class_rule::ClassRule;
 use super::scram::Secret;
+use super::tls::TlsConfig;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -60,6 +61,9 @@ pub struct ProxyConfig {
     /// (`SET application_name`) before routing it with the default class.
     #[serde(default = "late_class_timeout_ms")]
     pub late_class_timeout_ms: u64,
+    /// TLS to clients [default: disabled, an SSLRequest is answered `N`].
+    #[serde(default)]
+    pub tls: TlsConfig,
 }
 
 fn login_timeout_s() -> f64 {
@@ -92,6 +96,7 @@ impl ProxyConfig {
         if !(1..=3_600_000).contains(&c.late_class_timeout_ms) {
             return Err(format!("late_class_timeout_ms: must be 1 to 3600000 ms, not {}", c.late_class_timeout_ms));
         }
+        c.tls.check()?;
         if c.class.premium_prefix.is_empty() {
             return Err("class.premium_prefix: must not be empty".into());
         }
@@ -182,6 +187,10 @@ mod tests {
         assert!(e.contains("drain") && e.contains("line 1"), "{e}");
         let e = ProxyConfig::parse(&format!("login_timeout_s = 0\n{MIN}")).unwrap_err();
         assert!(e.starts_with("login_timeout_s"), "{e}");
+        let e = ProxyConfig::parse("[tls]\nmode = \"require\"\ncert_file = \"c.pem\"\n").unwrap_err();
+        assert!(e.contains("key_file"), "{e}");
+        let e = ProxyConfig::parse("[tls]\nmode = \"sometimes\"\n").unwrap_err();
+        assert!(e.contains("mode") && e.contains("sometimes"), "{e}");
         let e = ProxyConfig::parse("late_class_timeout_ms = 0\n").unwrap_err();
         assert!(e.starts_with("late_class_timeout_ms"), "{e}");
         let e = ProxyConfig::parse("listen = \"nowhere\"\n").unwrap_err();

@@ -13,6 +13,7 @@ use super::late_class::{self, Greeting, Said};
 use super::login::{send_fatal, Fatal};
 use super::relay::{self, Start, AUTH_OK};
 use super::startup::Startup;
+use super::tls::ClientStream;
 use super::Shared;
 use crate::backend::proxy_feed::REPLICA_PARAM;
 use crate::backend::wire::Conn;
@@ -29,7 +30,7 @@ const MAX_ANSWERED: usize = 16;
 const MAX_FIRST: usize = 1 << 20;
 
 /// Runs the session of a logged-in client that did not name its class.
-pub async fn session(shared: &Shared, id: u32, mut client: TcpStream, startup: &Startup) {
+pub async fn session(shared: &Shared, id: u32, mut client: ClientStream, startup: &Startup) {
     let params = match cluster_params(shared, startup).await {
         Ok(p) => p,
         Err(f) => return send_fatal(&mut client, &f).await,
@@ -76,7 +77,7 @@ struct Heard {
 /// Reads the client's first messages until one decides the class, the
 /// wait runs out, or the client leaves (`None`, also when the proxy stops:
 /// then the client got 57P01).
-async fn listen(shared: &Shared, client: &mut TcpStream) -> Option<Heard> {
+async fn listen(shared: &Shared, client: &mut ClientStream) -> Option<Heard> {
     let deadline = tokio::time::Instant::now() + shared.late_class_timeout;
     let mut buf = BytesMut::with_capacity(1024);
     let mut sets = Vec::new();

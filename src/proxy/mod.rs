@@ -3,7 +3,8 @@
 //! applications). A session's class comes from its startup packet
 //! ([`class_rule`]), or, for a client that names itself late, from its
 //! first statement ([`late_class`], [`late`]); the proxy authenticates the client itself
-//! ([`login`], [`scram`]); the replica is chosen once, when the client
+//! ([`login`], [`scram`]), in TLS when the config turns it on ([`tls`]);
+//! the replica is chosen once, when the client
 //! is ready, by the same run controller as `run` (`core::control`: router,
 //! watch, admission gate, probation), fed by the same health probes; after
 //! that bytes flow both ways, followed by message length only, save the
@@ -21,6 +22,7 @@ mod login;
 mod relay;
 pub mod scram;
 pub mod startup;
+pub mod tls;
 
 use crate::backend::live_metrics::{self, LiveMetrics, SessionOutcome};
 use crate::backend::proxy_feed::{unix_now, Feed};
@@ -36,10 +38,12 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tls::ClientStream;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio_postgres::Config;
+use tokio_rustls::TlsAcceptor;
 
 /// What the proxy needs, resolved by the command.
 pub struct ProxyInput {
@@ -53,6 +57,8 @@ pub struct ProxyInput {
     pub rule: ClassRule,
     /// Users and their secrets; `None`: trust.
     pub users: Option<HashMap<String, scram::Secret>>,
+    /// TLS to clients, when the config enables it.
+    pub tls: Option<tls::Tls>,
     /// Limits from the config file.
     pub login_timeout: Duration,
     /// How long a client whose startup packet carries no class may take
@@ -93,6 +99,7 @@ pub(crate) struct Shared {
     replicas: Vec<Config>,
     rule: ClassRule,
     users: Option<HashMap<String, scram::Secret>>,
+    tls: Option<tls::Tls>,
     server_connect_timeout: Duration,
     /// See [`ProxyInput::late_class_timeout`].
     late_class_timeout: Duration,
@@ -250,6 +257,7 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
         replicas: input.replicas,
         rule: input.rule,
         users: input.users,
+        tls: input.tls,
         server_connect_timeout: input.server_connect_timeout,
         late_class_timeout: input.late_class_timeout,
         server_params: Mutex::new(None),
@@ -316,17 +324,31 @@ async fn stopping(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await.map(|_| ());
 }
 
-/// One client connection: log in within the deadline, then its session.
-async fn connection(shared: Arc<Shared>, id: u32, mut sock: TcpStream, login_timeout: Duration) {
+/// One client connection: log in within the deadline (in TLS once the
+/// client asks for it and the proxy offers it), then its session.
+async fn connection(shared: Arc<Shared>, id: u32, sock: TcpStream, login_timeout: Duration) {
     shared.open.fetch_add(1, Ordering::SeqCst);
     let _ = sock.set_nodelay(true);
+    let mut sock = ClientStream::Plain(sock);
     let mut buf = BytesMut::with_capacity(1024);
     let mut stop = shared.terminate.clone();
-    let entry = tokio::select! {
-        e = tokio::time::timeout(login_timeout, login::login(&shared, &mut sock, &mut buf)) => {
-            e.unwrap_or_else(|_| Err(Fatal::new("08P01", "canceling authentication due to timeout")))
+    let entry = loop {
+        let entry = tokio::select! {
+            e = tokio::time::timeout(login_timeout, login::login(&shared, &mut sock, &mut buf)) => {
+                e.unwrap_or_else(|_| Err(Fatal::new("08P01", "canceling authentication due to timeout")))
+            }
+            _ = stopping(&mut stop) => Err(Fatal::new("57P01", "terminating connection due to administrator command")),
+        };
+        match entry {
+            Ok(Entry::StartTls(acceptor)) => match encrypt(sock, acceptor, login_timeout).await {
+                Some(s) => sock = s,
+                None => {
+                    shared.open.fetch_sub(1, Ordering::SeqCst);
+                    return;
+                }
+            },
+            other => break other,
         }
-        _ = stopping(&mut stop) => Err(Fatal::new("57P01", "terminating connection due to administrator command")),
     };
     match entry {
         Ok(Entry::Session(startup)) if buf.is_empty() => match shared.rule.class_of(&startup) {
@@ -337,10 +359,20 @@ async fn connection(shared: Arc<Shared>, id: u32, mut sock: TcpStream, login_tim
             let f = Fatal::new("08P01", "unexpected message before authentication finished");
             login::send_fatal(&mut sock, &f).await;
         }
-        Ok(Entry::Done) => {}
+        Ok(Entry::Done | Entry::StartTls(_)) => {}
         Err(f) => login::send_fatal(&mut sock, &f).await,
     }
     shared.open.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// The TLS handshake on a plain connection, within `limit`; `None` when it
+/// failed (the client is gone or spoke no TLS).
+async fn encrypt(sock: ClientStream, acceptor: TlsAcceptor, limit: Duration) -> Option<ClientStream> {
+    let ClientStream::Plain(tcp) = sock else { return Some(sock) };
+    match tokio::time::timeout(limit, acceptor.accept(tcp)).await {
+        Ok(Ok(s)) => Some(ClientStream::Tls(Box::new(s))),
+        _ => None,
+    }
 }
 
 /// Every 20 ms: waiting sessions the gate now admits start, those past

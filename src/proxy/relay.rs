@@ -12,6 +12,7 @@
 use super::late_class::{self, Said};
 use super::login::{send_fatal, Fatal};
 use super::startup::Startup;
+use super::tls::ClientStream;
 use super::Shared;
 use crate::backend::live_metrics::SessionOutcome;
 use crate::backend::proxy_feed::{failed_on, REPLICA_PARAM};
@@ -24,7 +25,7 @@ use tokio::net::TcpStream;
 
 /// Runs the session of a logged-in client whose class its startup packet
 /// gave to its end.
-pub async fn session(shared: &Shared, id: u32, mut client: TcpStream, startup: &Startup, class: Class) {
+pub async fn session(shared: &Shared, id: u32, mut client: ClientStream, startup: &Startup, class: Class) {
     let Some((r, server, pending)) = route(shared, id, &mut client, startup, class).await else { return };
     shared.remember_params(&pending);
     let mut to_client = AUTH_OK.to_vec();
@@ -40,7 +41,7 @@ pub async fn session(shared: &Shared, id: u32, mut client: TcpStream, startup: &
 pub(super) async fn route(
     shared: &Shared,
     id: u32,
-    client: &mut TcpStream,
+    client: &mut ClientStream,
     startup: &Startup,
     class: Class,
 ) -> Option<(ReplicaId, TcpStream, BytesMut)> {
@@ -87,7 +88,7 @@ pub(super) async fn finish(
     id: u32,
     r: ReplicaId,
     class: Class,
-    client: TcpStream,
+    client: ClientStream,
     server: TcpStream,
     start: Start,
 ) {
@@ -298,7 +299,7 @@ fn register(shared: &Shared, r: ReplicaId, framing: &Framing, registered: &mut O
 async fn relay(
     shared: &Shared,
     s: Session,
-    mut client: TcpStream,
+    mut client: ClientStream,
     mut server: TcpStream,
     start: Start,
 ) -> Option<(u32, u32)> {
