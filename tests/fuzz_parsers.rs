@@ -6,7 +6,9 @@
 //! bytes flipped, cut or appended: it never panics, never claims more bytes
 //! than it was given, and refuses only with a server's error; its SCRAM
 //! exchange gets random and mutated client messages: never a panic, never
-//! a login without the password's proof. Runs a
+//! a login without the password's proof; the readers of a late-naming
+//! client's first statements and of a server's login messages get random
+//! text and bytes: never a panic, never more bytes claimed than given. Runs a
 //! fixed number of cases, `FUZZ_CASES` (default 4096, so CI is quick and
 //! every run does the same work; docs/testing.md says how to run a million);
 //! a failing case is shrunk and persisted in
@@ -15,6 +17,7 @@
 
 use plbbench::core::faults::{self, Timeline};
 use plbbench::core::workload::Workload;
+use plbbench::proxy::late_class;
 use plbbench::proxy::scram::{self, Exchange, ScramError, Secret};
 use plbbench::proxy::startup::{self, Startup};
 use proptest::prelude::*;
@@ -229,6 +232,46 @@ fn the_scram_exchange_never_panics_nor_lets_a_guess_in() {
                 prop_assert!(server_first.starts_with("r="));
                 let verdict = ex.finish(&last);
                 prop_assert!(matches!(verdict, Err(ScramError::Failed | ScramError::Malformed(_))), "{verdict:?}");
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// What a late-naming client may send first: random text, or `SET
+/// application_name` statements with characters inserted or cut.
+fn first_statements() -> impl Strategy<Value = String> {
+    let real = "SET application_name = 'premium-web'; SELECT 1".to_string();
+    prop_oneof![
+        any::<String>(),
+        (Just(real.clone()), 0..real.len(), any::<char>()).prop_map(|(s, at, c)| {
+            let mut s = s;
+            s.insert(at, c);
+            s
+        }),
+        (Just(real), 0..46usize).prop_map(|(s, at)| s[..at].to_string()),
+    ]
+}
+
+#[test]
+fn the_late_class_readers_never_panic_nor_overread() {
+    let mut runner = fixed_runner();
+    runner
+        .run(&(first_statements(), packet_bytes()), |(sql, bytes)| {
+            let _ = late_class::said(&sql);
+            let _ = late_class::sql_of(b'Q', &bytes);
+            let _ = late_class::sql_of(b'P', &bytes);
+            if let Some(Some((used, _))) = late_class::set_batch_answered(&bytes) {
+                prop_assert!(used <= bytes.len());
+            }
+            if let Some(g) = late_class::greeting(&bytes) {
+                prop_assert!(g.used <= bytes.len());
+                if let Some(e) = &g.error {
+                    let _ = late_class::error_of(e);
+                }
+                for p in &g.params {
+                    let _ = late_class::param_of(p);
+                }
             }
             Ok(())
         })

@@ -323,6 +323,128 @@ fn logins_and_bad_input(c: &Cluster, p: &Proxy) {
     assert!(ok, "the proxy still serves after all that: {err}");
 }
 
+/// A client that sends no application_name in its startup packet
+/// (pgjdbc's default), through the proxy as alice with SCRAM
+/// (tokio-postgres sends none unless told).
+fn late_client(rt: &tokio::runtime::Runtime, p: &Proxy) -> tokio_postgres::Client {
+    let mut cfg = tokio_postgres::Config::new();
+    cfg.host("127.0.0.1").port(p.port).user("alice").password(PASSWORD).dbname("plbbench");
+    cfg.connect_timeout(Duration::from_secs(10));
+    let (client, conn) = rt.block_on(cfg.connect(tokio_postgres::NoTls)).expect("a late-naming client logs in");
+    rt.spawn(conn);
+    client
+}
+
+/// The first column of every row `sql` returns (simple protocol), within 30 s.
+fn first_column(rt: &tokio::runtime::Runtime, client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
+    let msgs = rt.block_on(async { tokio::time::timeout(Duration::from_secs(30), client.simple_query(sql)).await });
+    let msgs = msgs.expect("an answer within 30 s").unwrap_or_else(|e| panic!("{sql}: {e}"));
+    msgs.iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => Some(row.get(0).unwrap_or_default().to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The role of the replica listening on `port`.
+fn role_of_port(c: &Cluster, roles: &[char], port: &str) -> char {
+    let r = c.ports.iter().position(|&x| x.to_string() == port).unwrap_or_else(|| panic!("{port}: not a replica"));
+    roles[r]
+}
+
+/// Freemium sessions the proxy has routed so far, on any replica.
+fn routed_freemium(p: &Proxy) -> f64 {
+    p.scrape()
+        .iter()
+        .filter(|(k, _)| k.starts_with("plbbench_proxy_sessions_total{class=\"freemium\"") && k.contains("routed"))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// Clients that name themselves after login: the class from their first
+/// statement (Premium and Freemium names, pgjdbc's SET extra_float_digits
+/// first and replayed), a cancel through the proxy's own key, a client
+/// that says nothing before the wait (1.5 s here) routed with the default
+/// class, a later SET naming another class logged and counted once, and
+/// pgjdbc itself when a JDK and Debian's pgjdbc are installed.
+fn late_naming(c: &Cluster, p: &Proxy) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let roles = p.roles();
+    for (app, role) in [("premium-late", 'P'), ("free-late", 'F')] {
+        let client = late_client(&rt, p);
+        let said = format!("SET application_name = '{app}'; SELECT inet_server_port()");
+        let port = first_column(&rt, &client, &said).pop().unwrap();
+        assert_eq!(role_of_port(c, &roles, &port), role, "{app} named late ran on port {port}");
+    }
+    let client = late_client(&rt, p);
+    assert!(first_column(&rt, &client, "SET extra_float_digits = 3").is_empty());
+    assert!(first_column(&rt, &client, "set Application_Name TO 'premium-jdbc-like'").is_empty());
+    let port = first_column(&rt, &client, "SELECT inet_server_port()").pop().unwrap();
+    assert_eq!(role_of_port(c, &roles, &port), 'P', "named after an answered SET");
+    assert_eq!(first_column(&rt, &client, "SHOW extra_float_digits"), ["3"], "the answered SET was replayed");
+    drop(client);
+
+    let client = late_client(&rt, p);
+    assert!(first_column(&rt, &client, "SET application_name TO 'premium-cancel'").is_empty());
+    let token = client.cancel_token();
+    let sleeper = rt.spawn(async move { client.simple_query("SELECT pg_sleep(30)").await.map(|_| ()) });
+    std::thread::sleep(Duration::from_secs(1));
+    rt.block_on(token.cancel_query(tokio_postgres::NoTls)).expect("the cancel request is sent");
+    let cancelled = rt.block_on(async { tokio::time::timeout(Duration::from_secs(10), sleeper).await });
+    let cancelled = cancelled.expect("cancelled within 10 s");
+    let err = cancelled.unwrap().expect_err("pg_sleep(30) was cancelled");
+    assert_eq!(err.code(), Some(&tokio_postgres::error::SqlState::QUERY_CANCELED), "{err}");
+
+    let before = routed_freemium(p);
+    let silent = late_client(&rt, p);
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(routed_freemium(p), before + 1.0, "routed with the default class when the wait ran out");
+    let port = first_column(&rt, &silent, "SELECT inet_server_port()").pop().unwrap();
+    assert_eq!(role_of_port(c, &roles, &port), 'F', "the default class");
+    for _ in 0..2 {
+        assert!(first_column(&rt, &silent, "SET application_name = 'premium-too-late'").is_empty());
+    }
+    let counted = p.scrape().get("plbbench_proxy_class_after_routing_total{class=\"freemium\"}").copied();
+    assert_eq!(counted, Some(1.0), "counted once per session");
+    let log = p.stderr();
+    assert_eq!(log.matches("\"premium-too-late\" (premium) after it was routed as freemium").count(), 1, "{log}");
+    drop(silent);
+    pgjdbc(c, p, &roles);
+}
+
+/// pgjdbc with its default settings and ApplicationName=premium-web lands
+/// on a Premium replica (tests/java/LateName.java, compiled now). The setup
+/// installs javac and Debian's pgjdbc (scripts/install-jdbc.sh), so their
+/// absence fails the test, unless PLBBENCH_JDBC=0 said to go without them.
+fn pgjdbc(c: &Cluster, p: &Proxy, roles: &[char]) {
+    let jar = Path::new("/usr/share/java/postgresql.jar");
+    let javac = Command::new("javac").arg("-version").output().is_ok_and(|o| o.status.success());
+    if !javac || !jar.exists() {
+        let why = format!("no javac or {} (run scripts/install-jdbc.sh)", jar.display());
+        if std::env::var("PLBBENCH_JDBC").as_deref() == Ok("0") {
+            eprintln!("SKIPPING the pgjdbc check: {why}, and PLBBENCH_JDBC=0 is set");
+            return;
+        }
+        panic!("pgjdbc check: {why}, or set PLBBENCH_JDBC=0");
+    }
+    let classes = c.root.join("java");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/java/LateName.java");
+    let mut compile = Command::new("javac");
+    compile.arg("-cp").arg(jar).arg("-d").arg(&classes).arg(&src);
+    let out = run_within(compile, Duration::from_secs(120));
+    assert!(out.status.success(), "javac: {}", text(&out.stderr));
+    let mut java = Command::new("java");
+    java.arg("-cp").arg(format!("{}:{}", jar.display(), classes.display())).arg("LateName");
+    java.args([&format!("jdbc:postgresql://127.0.0.1:{}/plbbench", p.port), "alice", PASSWORD, "premium-web"]);
+    let out = run_within(java, Duration::from_secs(60));
+    assert!(out.status.success(), "pgjdbc through the proxy: {}", text(&out.stderr));
+    let said = text(&out.stdout);
+    let fields: Vec<&str> = said.split_whitespace().collect();
+    assert_eq!(fields.get(1..), Some(&["premium-web", "3"][..]), "{said}");
+    assert_eq!(role_of_port(c, roles, fields[0]), 'P', "pgjdbc named premium-web landed on port {}", fields[0]);
+}
+
 /// pgbench -i through the proxy, then Premium and Freemium pgbench runs in
 /// parallel, each class only on its role's replicas.
 fn pgbench_by_class(c: &Cluster, p: &Proxy) {
@@ -552,11 +674,12 @@ fn real_clients_through_the_proxy() {
     let config = c.root.join("proxy.toml");
     std::fs::write(
         &config,
-        "users_file = \"users.txt\"\nlogin_timeout_s = 3\ndrain_s = 3\n\n[class]\nparam = \"application_name\"\npremium_prefix = \"premium\"\n",
+        "users_file = \"users.txt\"\nlogin_timeout_s = 3\ndrain_s = 3\nlate_class_timeout_ms = 1500\n\n[class]\nparam = \"application_name\"\npremium_prefix = \"premium\"\n",
     )
     .unwrap();
     let mut p = Proxy::start(&c, &config);
     logins_and_bad_input(&c, &p);
+    late_naming(&c, &p);
     pgbench_by_class(&c, &p);
     kill_under_pgbench(&c, &p);
     cascade(&c, &p);
@@ -725,4 +848,88 @@ fn a_proxy_without_config_serves_loopback_only() {
         m.get(&format!("plbbench_proxy_sessions_total{{class=\"{class}\",replica=\"r1\",outcome=\"routed\"}}")).copied()
     };
     assert_eq!((routed("premium"), routed("freemium")), (Some(1.0), Some(2.0)), "{m:?}");
+}
+
+/// Makes a test CA and a certificate for 127.0.0.1 signed by it in `dir`
+/// with openssl: ca.pem, server.pem, server.key.
+fn test_ca(dir: &Path) {
+    let openssl = |args: &[&str]| {
+        let mut cmd = Command::new("openssl");
+        cmd.args(args).current_dir(dir);
+        let out = run_within(cmd, Duration::from_secs(60));
+        assert!(out.status.success(), "openssl {args:?}: {}", text(&out.stderr));
+    };
+    let subject = |cn: &str| format!("/CN={cn}");
+    let ca_subject = subject("plbbench test CA");
+    openssl(
+        &["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2"]
+            .into_iter()
+            .chain(["-subj", ca_subject.as_str()])
+            .collect::<Vec<_>>(),
+    );
+    std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    let server_subject = subject("127.0.0.1");
+    openssl(
+        &["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj"]
+            .into_iter()
+            .chain([server_subject.as_str()])
+            .collect::<Vec<_>>(),
+    );
+    let sign = ["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial"];
+    openssl(&[&sign[..], &["-days", "2", "-extfile", "ext.cnf", "-out", "server.pem"]].concat());
+}
+
+/// `[tls] mode = "require"`: psql with `sslmode=verify-full` and the test
+/// CA is served (so the proxy spoke TLS with a certificate for 127.0.0.1),
+/// a plain-text login gets a FATAL that says why, and a key file that
+/// cannot be read stops the proxy with one line, exit 2.
+#[test]
+fn tls_to_clients() {
+    if !have_postgres() {
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let openssl = Command::new("openssl").arg("version").output().is_ok_and(|o| o.status.success());
+    assert!(openssl, "openssl not found");
+    let c = Cluster::up_with(1);
+    test_ca(&c.root);
+    let config = c.root.join("tls.toml");
+    let write = |key: &str| {
+        let tls = format!("[tls]\nmode = \"require\"\ncert_file = \"server.pem\"\nkey_file = \"{key}\"\n");
+        std::fs::write(&config, tls).unwrap();
+    };
+    let args = |port: u16| {
+        let mut cmd = c.plbbench(&["proxy", "--config", config.to_str().unwrap(), "--replicas", "1"]);
+        cmd.args(["--strategy", "rr", "--T", "10", "--listen", &format!("127.0.0.1:{port}")]);
+        cmd
+    };
+    write("missing.key");
+    let out = run_within(args(free_port()), Duration::from_secs(30));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("tls.key_file") && err.contains("missing.key"), "{err}");
+    write("server.key");
+    let port = free_port();
+    let mut cmd = args(port);
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(std::fs::File::create(c.root.join("proxy.stderr")).unwrap());
+    let mut child = cmd.spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let p = Proxy { child, _out: out, port, metrics: free_port(), stderr: c.root.join("proxy.stderr") };
+    assert!(first.contains("tls require"), "{first}");
+    let psql = |sslmode: &str| {
+        let ca = c.root.join("ca.pem");
+        let dsn = format!("{} sslmode={sslmode} sslrootcert={}", p.dsn("plbbench"), ca.display());
+        let mut cmd = Command::new("psql");
+        cmd.args(["-XAtq", &dsn, "-c", "SELECT 40 + 2"]).env("PGAPPNAME", "premium-tls");
+        let out = run_within(cmd, Duration::from_secs(60));
+        (out.status.success(), text(&out.stdout).trim().to_string(), text(&out.stderr))
+    };
+    let (ok, rows, err) = psql("verify-full");
+    assert!(ok && rows == "42", "TLS login: {rows} {err}");
+    let (ok, _, err) = psql("disable");
+    assert!(!ok && err.contains("accepts TLS connections only"), "{err}");
+    drop(p);
 }

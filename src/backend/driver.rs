@@ -23,8 +23,9 @@
 //! and a dropped query is never recorded.
 
 use super::clock;
+use super::signals::Signals;
 use crate::backend::live_metrics::{self, LiveMetrics};
-use crate::backend::proxy_feed::{self, Feed};
+use crate::backend::proxy_feed::{self, unix_now, Feed};
 use crate::backend::waiting::{Asked, Control};
 use crate::cluster::{Cluster, Fault};
 use crate::core::control::{ControlEvent, Controller};
@@ -39,7 +40,6 @@ use crate::error::Signal;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
@@ -143,43 +143,6 @@ pub struct DriverOutcome {
     pub ended_s: f64,
     /// How hard plbbench itself worked (the saturation guard's verdict).
     pub generator: Option<GeneratorReport>,
-}
-
-/// SIGINT and SIGTERM as one stream. Listening replaces their default
-/// action (termination) for the rest of the process, so once the driver has
-/// run, later signals no longer kill plbbench before it cleans up.
-struct Signals {
-    int: Option<tokio::signal::unix::Signal>,
-    term: Option<tokio::signal::unix::Signal>,
-}
-
-impl Signals {
-    fn new() -> Signals {
-        let listen = |kind: SignalKind, name: &str| match signal(kind) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                eprintln!("plbbench: warning: cannot listen for {name}: {e}");
-                None
-            }
-        };
-        Signals { int: listen(SignalKind::interrupt(), "SIGINT"), term: listen(SignalKind::terminate(), "SIGTERM") }
-    }
-
-    /// The next signal; never returns when none can arrive.
-    async fn recv(&mut self) -> Signal {
-        async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
-            if let Some(s) = s {
-                if s.recv().await.is_some() {
-                    return;
-                }
-            }
-            std::future::pending::<()>().await
-        }
-        tokio::select! {
-            _ = next(&mut self.int) => Signal::Int,
-            _ = next(&mut self.term) => Signal::Term,
-        }
-    }
 }
 
 /// Shared state of one run.
@@ -307,7 +270,7 @@ async fn wait_until(ctx: &Ctx, t: Instant) -> bool {
 /// Runs the sessions against `cluster` until the planned end (or a signal,
 /// see the module doc).
 pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Collector) -> (Collector, DriverOutcome) {
-    let mut signals = Signals::new();
+    let mut signals = Signals::listen();
     let k = input.control.replicas();
     let gated = input.control.gate().is_some();
     let configs = {
@@ -558,10 +521,8 @@ enum Opened {
 /// Admission by the controller here, then a connection to its replica.
 async fn open(ctx: &Ctx, id: u32, class: Class) -> Opened {
     let r = match admit(ctx, id, class).await {
-        Entry::Now(Some(r)) => r,
-        Entry::Now(None) => return Opened::NoRoute,
-        Entry::Rejected => return Opened::Rejected,
-        Entry::Stopped => return Opened::Stopped,
+        Ok(r) => r,
+        Err(no) => return no,
     };
     ctx.send(Msg::Started(class, r, ctx.now()));
     let deadline = Duration::from_millis(ctx.workload.client.connect_timeout_ms);
@@ -629,37 +590,24 @@ async fn follow(ctx: Arc<Ctx>, mut feed: mpsc::UnboundedReceiver<Feed>, offset_s
     }
 }
 
-/// Now, as Unix seconds.
-fn unix_now() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
-}
-
-/// The outcome of asking for admission.
-enum Entry {
-    /// The router's answer (`None`: no capacity, back off as usual).
-    Now(Option<ReplicaId>),
-    /// The admission gate refused the session.
-    Rejected,
-    /// The run stopped while the session waited.
-    Stopped,
-}
-
-/// Asks the controller; a session the gate holds back waits for
-/// [`admit_waiting`] (or a session's end) to admit or reject it.
-async fn admit(ctx: &Ctx, id: u32, class: Class) -> Entry {
+/// Asks the controller for a replica; a session the gate holds back waits
+/// for [`admit_waiting`] (or a session's end) to admit or reject it. Not
+/// admitted: the [`Opened`] the session ends its attempt with.
+async fn admit(ctx: &Ctx, id: u32, class: Class) -> Result<ReplicaId, Opened> {
     let waiting = match ctx.control(|ctl, now| ctl.request(id, class, now)) {
-        Asked::Now(r) => return Entry::Now(r),
-        Asked::Rejected(_) => return Entry::Rejected,
+        Asked::Now(Some(r)) => return Ok(r),
+        Asked::Now(None) => return Err(Opened::NoRoute),
+        Asked::Rejected(_) => return Err(Opened::Rejected),
         Asked::Waiting(rx) => rx,
     };
     let mut stop = ctx.stop.clone();
     tokio::select! {
         r = waiting => match r {
-            Ok(Some(r)) => Entry::Now(Some(r)),
-            Ok(None) => Entry::Rejected,
-            Err(_) => Entry::Stopped,
+            Ok(Some(r)) => Ok(r),
+            Ok(None) => Err(Opened::Rejected),
+            Err(_) => Err(Opened::Stopped),
         },
-        _ = stop.wait_for(|s| *s) => Entry::Stopped,
+        _ = stop.wait_for(|s| *s) => Err(Opened::Stopped),
     }
 }
 

@@ -99,6 +99,7 @@ pub struct LiveMetrics {
     latency: Family<ClassLabel, Histogram, fn() -> Histogram>,
     sessions: Family<SessionLabel, Counter>,
     connect: Family<ClassLabel, Histogram, fn() -> Histogram>,
+    renamed: Family<ClassLabel, Counter>,
     seen: (u64, [u64; 2]),
 }
 
@@ -123,6 +124,7 @@ impl LiveMetrics {
             latency: Family::new_with_constructor(latency_histogram),
             sessions: Family::default(),
             connect: Family::new_with_constructor(latency_histogram),
+            renamed: Family::default(),
             seen: (0, [0; 2]),
             registry: Registry::default(),
         };
@@ -160,9 +162,15 @@ impl LiveMetrics {
             "plbbench proxy: time from a client's login to its session ready on a replica (admission wait and server login)",
             m.connect.clone(),
         );
+        registry.register(
+            "plbbench_proxy_class_after_routing",
+            "plbbench proxy: sessions that named another class (SET application_name) after they were routed, per class routed as; they stay where they are",
+            m.renamed.clone(),
+        );
         for class in Class::ALL {
             let label = ClassLabel { class: class.long().into() };
             let _ = m.rejections.get_or_create(&label);
+            let _ = m.renamed.get_or_create(&label);
             let _ = m.latency.get_or_create(&label);
             for outcome in ["ok", "error"] {
                 let _ = m.queries.get_or_create(&QueryLabel { class: class.long().into(), outcome: outcome.into() });
@@ -190,6 +198,12 @@ impl LiveMetrics {
         if outcome == SessionOutcome::Routed {
             self.connect.get_or_create(&ClassLabel { class: class.long().into() }).observe(took_s);
         }
+    }
+
+    /// `plbbench proxy`: a session routed as `class` named another class
+    /// afterwards (counted once per session).
+    pub fn proxy_class_after_routing(&mut self, class: Class) {
+        self.renamed.get_or_create(&ClassLabel { class: class.long().into() }).inc();
     }
 
     /// Copies the router's and the gate's state into the metrics.

@@ -9,6 +9,7 @@ pub(crate) mod clock;
 pub(crate) mod driver;
 pub(crate) mod live_metrics;
 pub(crate) mod proxy_feed;
+pub(crate) mod signals;
 pub(crate) mod sim;
 pub(crate) mod waiting;
 pub(crate) mod wire;

@@ -68,6 +68,12 @@ impl Feed {
     }
 }
 
+/// Now, as Unix seconds: the clock both ends of the feed share (the
+/// proxy's [`Feed::Listening`] start, the run's own start).
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
 /// The DETAIL of a failed login on replica `r`: why, as the run's
 /// accounting names it.
 pub fn failed_on(r: ReplicaId, why: ConnectError) -> String {

@@ -16,6 +16,7 @@ use crate::core::settings::{Admission, ClusterKind};
 use crate::core::watch::Recovery;
 use crate::error::{input, Error};
 use crate::proxy::config::{parse_users, ProxyConfig};
+use crate::proxy::tls::{self, Mode};
 use crate::proxy::{serve, ProxyInput};
 use anyhow::Context;
 use clap::Args;
@@ -78,6 +79,13 @@ pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
             Some(parse_users(&text).map_err(|e| input("users_file", format!("{}: {e}", path.display())))?)
         }
     };
+    let tls = match (&cfg.tls.cert_file, &cfg.tls.key_file, cfg.tls.mode) {
+        (_, _, Mode::Disable) | (None, _, _) | (_, None, _) => None,
+        (Some(cert), Some(key), mode) => {
+            let folder = args.config.as_deref().and_then(Path::parent).unwrap_or(Path::new("."));
+            Some(tls::load(mode, &folder.join(cert), &folder.join(key)).map_err(|e| input("--config", e))?)
+        }
+    };
     let plan = plan(&args, &cfg)?;
     let listener = std::net::TcpListener::bind(listen)
         .and_then(|l| l.set_nonblocking(true).map(|_| l))
@@ -104,7 +112,9 @@ pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
         replicas,
         rule: cfg.class.clone(),
         users,
+        tls,
         login_timeout: Duration::from_secs_f64(cfg.login_timeout_s),
+        late_class_timeout: Duration::from_millis(cfg.late_class_timeout_ms),
         server_connect_timeout: Duration::from_secs_f64(cfg.server_connect_timeout_s),
         drain: Duration::from_secs_f64(cfg.drain_s),
         probe_interval: plan.probe_interval,
@@ -113,8 +123,9 @@ pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
         feed: args.feed,
     };
     let auth = if input.users.is_some() { "scram-sha-256" } else { "trust" };
+    let tls_mode = format!("{:?}", cfg.tls.mode).to_lowercase();
     let say = format!(
-        "plbbench proxy: listening on {listen} ({} over {} replicas, class by {:?} prefix {:?}, auth {auth})",
+        "plbbench proxy: listening on {listen} ({} over {} replicas, class by {:?} prefix {:?}, auth {auth}, tls {tls_mode})",
         plan.variant(),
         plan.replicas,
         cfg.class.param,

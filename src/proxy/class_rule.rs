@@ -69,14 +69,33 @@ impl Default for ClassRule {
 impl ClassRule {
     /// The class of the session that sent `startup`.
     pub fn classify(&self, startup: &Startup) -> Class {
+        self.class_of(startup).unwrap_or(self.default)
+    }
+
+    /// The class `startup` names, or `None` when it does not carry the
+    /// rule's parameter (only `application_name` can be missing: a user is
+    /// always sent, and a missing database is the user's name).
+    pub fn class_of(&self, startup: &Startup) -> Option<Class> {
         let value = match self.param {
             Param::Database => startup.param("database").or_else(|| startup.param("user")),
             p => startup.param(p.name()),
         };
-        match value {
-            Some(v) if !self.premium_prefix.is_empty() && v.starts_with(&self.premium_prefix) => Class::P,
-            _ => self.default,
+        value.filter(|v| !v.is_empty()).map(|v| self.class_of_value(v))
+    }
+
+    /// The class of a session whose parameter has `value`.
+    pub fn class_of_value(&self, value: &str) -> Class {
+        if !self.premium_prefix.is_empty() && value.starts_with(&self.premium_prefix) {
+            Class::P
+        } else {
+            self.default
         }
+    }
+
+    /// Whether the rule reads `application_name`, which a client may also
+    /// set with `SET application_name` after its login.
+    pub fn reads_application_name(&self) -> bool {
+        self.param == Param::ApplicationName
     }
 }
 
@@ -113,6 +132,10 @@ mod tests {
         assert_eq!((r.param, r.premium_prefix.as_str(), r.default), (Param::ApplicationName, "premium", Class::F));
         assert_eq!(r.classify(&start(&[("user", "u"), ("application_name", "premium-web")])), Class::P);
         assert_eq!(r.classify(&start(&[("user", "premium")])), Class::F);
+        assert_eq!(r.class_of(&start(&[("user", "u")])), None, "no application_name: the class comes later");
+        assert_eq!(r.class_of(&start(&[("user", "u"), ("application_name", "")])), None);
+        assert_eq!((r.class_of_value("premium-web"), r.class_of_value("web")), (Class::P, Class::F));
+        assert!(r.reads_application_name());
     }
 
     #[test]

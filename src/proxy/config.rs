@@ -8,6 +8,7 @@
 
 use super::class_rule::ClassRule;
 use super::scram::Secret;
+use super::tls::TlsConfig;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -54,6 +55,15 @@ pub struct ProxyConfig {
     /// are closed with an error.
     #[serde(default = "drain_s")]
     pub drain_s: f64,
+    /// A client whose startup packet carries no class (no
+    /// `application_name`, as pgjdbc's by default) is logged in by the
+    /// proxy, which waits this long for a statement that names it
+    /// (`SET application_name`) before routing it with the default class.
+    #[serde(default = "late_class_timeout_ms")]
+    pub late_class_timeout_ms: u64,
+    /// TLS to clients [default: disabled, an SSLRequest is answered `N`].
+    #[serde(default)]
+    pub tls: TlsConfig,
 }
 
 fn login_timeout_s() -> f64 {
@@ -64,6 +74,9 @@ fn server_connect_timeout_s() -> f64 {
 }
 fn drain_s() -> f64 {
     10.0
+}
+fn late_class_timeout_ms() -> u64 {
+    3000
 }
 
 impl ProxyConfig {
@@ -80,6 +93,10 @@ impl ProxyConfig {
         if !(0.0..=3600.0).contains(&c.drain_s) {
             return Err(format!("drain_s: must be 0 to 3600 seconds, not {}", c.drain_s));
         }
+        if !(1..=3_600_000).contains(&c.late_class_timeout_ms) {
+            return Err(format!("late_class_timeout_ms: must be 1 to 3600000 ms, not {}", c.late_class_timeout_ms));
+        }
+        c.tls.check()?;
         if c.class.premium_prefix.is_empty() {
             return Err("class.premium_prefix: must not be empty".into());
         }
@@ -160,6 +177,7 @@ mod tests {
     fn a_minimal_file_gets_the_defaults() {
         let c = ProxyConfig::parse(MIN).unwrap();
         assert_eq!((c.login_timeout_s, c.server_connect_timeout_s, c.drain_s), (10.0, 5.0, 10.0));
+        assert_eq!(c.late_class_timeout_ms, 3000);
         assert!(c.dsns.is_empty() && c.users_file.is_none() && c.listen.is_none());
     }
 
@@ -169,6 +187,12 @@ mod tests {
         assert!(e.contains("drain") && e.contains("line 1"), "{e}");
         let e = ProxyConfig::parse(&format!("login_timeout_s = 0\n{MIN}")).unwrap_err();
         assert!(e.starts_with("login_timeout_s"), "{e}");
+        let e = ProxyConfig::parse("[tls]\nmode = \"require\"\ncert_file = \"c.pem\"\n").unwrap_err();
+        assert!(e.contains("key_file"), "{e}");
+        let e = ProxyConfig::parse("[tls]\nmode = \"sometimes\"\n").unwrap_err();
+        assert!(e.contains("mode") && e.contains("sometimes"), "{e}");
+        let e = ProxyConfig::parse("late_class_timeout_ms = 0\n").unwrap_err();
+        assert!(e.starts_with("late_class_timeout_ms"), "{e}");
         let e = ProxyConfig::parse("listen = \"nowhere\"\n").unwrap_err();
         assert!(e.contains("listen"), "{e}");
         let e = ProxyConfig::parse("[class]\nparam = \"user\"\npremium_prefix = \"\"\n").unwrap_err();

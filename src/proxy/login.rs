@@ -1,15 +1,17 @@
-//! A client's way in ([proxy](docs/proxy.md)): its startup packets (SSL and GSS requests
-//! answered `N`, a cancel request passed to the replica that owns the key),
+//! A client's way in ([proxy](docs/proxy.md)): its startup packets (an SSL
+//! request answered `S` when TLS is on, else `N`, as a GSS request always
+//! is; a cancel request passed to the replica that owns the key),
 //! then SCRAM-SHA-256 against the users file, or trust without one. Each
 //! failure gets the FATAL ErrorResponse a PostgreSQL server would send.
 
 use super::scram::{self, Exchange, ScramError};
 use super::startup::{self, fatal, Startup};
+use super::tls::{ClientStream, Mode};
 use super::Shared;
 use bytes::{Buf, BytesMut};
 use std::collections::HashMap;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
 
 /// The longest authentication message a client may send (PostgreSQL's
 /// `PG_MAX_AUTH_TOKEN_LENGTH`).
@@ -19,6 +21,9 @@ const MAX_AUTH_LEN: usize = 65_535;
 pub enum Entry {
     /// A session asks to start with this startup message, authenticated.
     Session(Startup),
+    /// The client asked for TLS and was told `S`: the handshake comes next,
+    /// then its startup again.
+    StartTls(TlsAcceptor),
     /// Nothing more to do (a cancel request, an error already sent, a
     /// client gone).
     Done,
@@ -39,7 +44,7 @@ impl Fatal {
 }
 
 /// Reads the client's startup and authenticates it.
-pub async fn login(shared: &Shared, sock: &mut TcpStream, buf: &mut BytesMut) -> Result<Entry, Fatal> {
+pub async fn login(shared: &Shared, sock: &mut ClientStream, buf: &mut BytesMut) -> Result<Entry, Fatal> {
     let start = loop {
         let packet = loop {
             match startup::parse(buf) {
@@ -60,8 +65,16 @@ pub async fn login(shared: &Shared, sock: &mut TcpStream, buf: &mut BytesMut) ->
                 if !buf.is_empty() {
                     return Err(Fatal::new("08P01", "received unencrypted data after SSL request"));
                 }
-                if sock.write_all(b"N").await.is_err() {
+                let offer = match (&shared.tls, &packet, sock.is_tls()) {
+                    (Some(tls), Startup::SslRequest, false) if tls.mode != Mode::Disable => Some(tls.acceptor.clone()),
+                    _ => None,
+                };
+                let answer: &[u8] = if offer.is_some() { b"S" } else { b"N" };
+                if sock.write_all(answer).await.is_err() {
                     return Ok(Entry::Done);
+                }
+                if let Some(acceptor) = offer {
+                    return Ok(Entry::StartTls(acceptor));
                 }
             }
             Startup::Cancel { pid, key } => {
@@ -71,6 +84,12 @@ pub async fn login(shared: &Shared, sock: &mut TcpStream, buf: &mut BytesMut) ->
             start @ Startup::Start { .. } => break start,
         }
     };
+    if shared.tls.as_ref().is_some_and(|t| t.mode == Mode::Require) && !sock.is_tls() {
+        return Err(Fatal::new(
+            "28000",
+            "plbbench proxy accepts TLS connections only ([tls] mode = \"require\"): connect with sslmode=require",
+        ));
+    }
     match &shared.users {
         None => Ok(Entry::Session(start)),
         Some(users) => match authenticate(users, start.param("user").unwrap_or_default(), sock, buf).await? {
@@ -81,7 +100,7 @@ pub async fn login(shared: &Shared, sock: &mut TcpStream, buf: &mut BytesMut) ->
 }
 
 /// Reads more bytes; false when the client closed or failed.
-async fn fill(sock: &mut TcpStream, buf: &mut BytesMut) -> bool {
+async fn fill(sock: &mut ClientStream, buf: &mut BytesMut) -> bool {
     buf.reserve(1024);
     matches!(sock.read_buf(buf).await, Ok(n) if n > 0)
 }
@@ -97,7 +116,7 @@ fn auth_message(code: u32, data: &[u8]) -> Vec<u8> {
 
 /// The client's next message of type `p` (a password or SASL response);
 /// `Ok(None)` when it hung up or said Terminate.
-async fn read_p(sock: &mut TcpStream, buf: &mut BytesMut) -> Result<Option<BytesMut>, Fatal> {
+async fn read_p(sock: &mut ClientStream, buf: &mut BytesMut) -> Result<Option<BytesMut>, Fatal> {
     loop {
         if buf.len() >= 5 {
             let tag = buf[0];
@@ -128,7 +147,7 @@ async fn read_p(sock: &mut TcpStream, buf: &mut BytesMut) -> Result<Option<Bytes
 async fn authenticate(
     users: &HashMap<String, scram::Secret>,
     user: &str,
-    sock: &mut TcpStream,
+    sock: &mut ClientStream,
     buf: &mut BytesMut,
 ) -> Result<bool, Fatal> {
     let gone = |r: std::io::Result<()>| r.is_err();
@@ -156,7 +175,7 @@ async fn authenticate(
 }
 
 /// Sends `f` as a FATAL ErrorResponse (best effort: the client may be gone).
-pub async fn send_fatal(sock: &mut TcpStream, f: &Fatal) {
+pub async fn send_fatal(sock: &mut ClientStream, f: &Fatal) {
     let _ = sock.write_all(&fatal(f.code, &f.message, f.detail.as_deref())).await;
 }
 

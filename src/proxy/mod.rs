@@ -1,11 +1,14 @@
 //! `plbbench proxy` ([proxy](docs/proxy.md)): a session-level PostgreSQL router that puts
 //! PLB in front of clients plbbench did not write (psql, pgbench,
 //! applications). A session's class comes from its startup packet
-//! ([`class_rule`]); the proxy authenticates the client itself
-//! ([`login`], [`scram`]); the replica is chosen once, when the client
-//! connects, by the same run controller as `run` (`core::control`: router,
+//! ([`class_rule`]), or, for a client that names itself late, from its
+//! first statement ([`late_class`], [`late`]); the proxy authenticates the client itself
+//! ([`login`], [`scram`]), in TLS when the config turns it on ([`tls`]);
+//! the replica is chosen once, when the client
+//! is ready, by the same run controller as `run` (`core::control`: router,
 //! watch, admission gate, probation), fed by the same health probes; after
-//! that bytes flow both ways unparsed ([`relay`]). Events go to stderr as
+//! that bytes flow both ways, followed by message length only, save the
+//! start of each statement, read for `SET application_name` ([`relay`]). Events go to stderr as
 //! a run's go to events.csv; the run's Prometheus metrics are served with
 //! the proxy's own beside them. SIGINT or SIGTERM stops accepting, lets
 //! sessions finish for the configured drain time, then closes the rest
@@ -13,13 +16,17 @@
 
 pub mod class_rule;
 pub mod config;
+mod late;
+pub mod late_class;
 mod login;
 mod relay;
 pub mod scram;
 pub mod startup;
+pub mod tls;
 
 use crate::backend::live_metrics::{self, LiveMetrics, SessionOutcome};
-use crate::backend::proxy_feed::Feed;
+use crate::backend::proxy_feed::{unix_now, Feed};
+use crate::backend::signals::Signals;
 use crate::backend::waiting::{Asked, Control};
 use crate::cluster::Cluster;
 use crate::core::control::{ControlEvent, Controller};
@@ -31,10 +38,12 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tls::ClientStream;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio_postgres::Config;
+use tokio_rustls::TlsAcceptor;
 
 /// What the proxy needs, resolved by the command.
 pub struct ProxyInput {
@@ -48,8 +57,13 @@ pub struct ProxyInput {
     pub rule: ClassRule,
     /// Users and their secrets; `None`: trust.
     pub users: Option<HashMap<String, scram::Secret>>,
+    /// TLS to clients, when the config enables it.
+    pub tls: Option<tls::Tls>,
     /// Limits from the config file.
     pub login_timeout: Duration,
+    /// How long a client whose startup packet carries no class may take
+    /// to name it with its first statement.
+    pub late_class_timeout: Duration,
     /// The proxy's own connection to a replica.
     pub server_connect_timeout: Duration,
     /// How long sessions may finish after a signal.
@@ -75,6 +89,9 @@ pub struct ProxyOutcome {
     pub cut: usize,
 }
 
+/// A BackendKeyData's process id and secret key.
+type CancelKey = (u32, u32);
+
 /// State every connection task shares.
 pub(crate) struct Shared {
     start: Instant,
@@ -82,9 +99,17 @@ pub(crate) struct Shared {
     replicas: Vec<Config>,
     rule: ClassRule,
     users: Option<HashMap<String, scram::Secret>>,
+    tls: Option<tls::Tls>,
     server_connect_timeout: Duration,
-    /// Cancel keys of live sessions: which replica issued them.
-    keys: Mutex<HashMap<(u32, u32), ReplicaId>>,
+    /// See [`ProxyInput::late_class_timeout`].
+    late_class_timeout: Duration,
+    /// The ParameterStatus messages of a server login (the first one the
+    /// proxy saw), told to clients the proxy logs in itself.
+    server_params: Mutex<Option<Vec<Vec<u8>>>>,
+    /// Cancel keys of live sessions, as their clients know them: the
+    /// replica that issued the session's key and that key (the same key,
+    /// unless the proxy gave the client one of its own).
+    keys: Mutex<HashMap<CancelKey, (ReplicaId, CancelKey)>>,
     /// Set when open sessions are to be closed.
     terminate: watch::Receiver<bool>,
     live: Option<Arc<Mutex<LiveMetrics>>>,
@@ -147,6 +172,35 @@ impl Shared {
         }
     }
 
+    /// Keeps the ParameterStatus messages of a server's login (from its
+    /// AuthenticationOk through its ReadyForQuery), if none are kept yet.
+    fn remember_params(&self, greeting: &[u8]) {
+        let mut kept = self.server_params.lock().expect("params lock");
+        if kept.is_none() {
+            *kept = late_class::greeting(greeting).map(|g| g.params);
+        }
+    }
+
+    /// Session `id`, routed as `class` to `r`, named itself `value` with
+    /// `SET application_name`: said on stderr and counted when it names
+    /// another class (the caller does this once per session).
+    fn named_after_routing(&self, id: u32, r: ReplicaId, class: Class, value: &str) -> bool {
+        let named = self.rule.class_of_value(value);
+        if named == class {
+            return false;
+        }
+        eprintln!(
+            "plbbench proxy: session {id} set application_name {value:?} ({}) after it was routed as {} to {r}; \
+             it stays there (sessions are routed once, at their start)",
+            named.long(),
+            class.long()
+        );
+        if let Some(live) = &self.live {
+            live.lock().expect("metrics lock").proxy_class_after_routing(class);
+        }
+        true
+    }
+
     /// A session on `r` ended; hands freed capacity to waiting sessions.
     fn ended(&self, r: ReplicaId, class: Class) {
         self.control(|c, now| c.ended(r, class, now));
@@ -165,7 +219,7 @@ impl Shared {
     /// Passes a cancel request to the replica that issued the key (PostgreSQL
     /// answers none; an unknown key is ignored, as a server does).
     async fn cancel(&self, pid: u32, key: u32) {
-        let Some(r) = self.keys.lock().expect("keys lock").get(&(pid, key)).copied() else { return };
+        let Some((r, (pid, key))) = self.keys.lock().expect("keys lock").get(&(pid, key)).copied() else { return };
         let cfg = &self.replicas[r.idx()];
         let (Some(tokio_postgres::config::Host::Tcp(h)), Some(port)) =
             (cfg.get_hosts().first(), cfg.get_ports().first())
@@ -193,9 +247,7 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
     let listener = TcpListener::from_std(input.listener)?;
     let start = Instant::now();
     if input.feed {
-        let start_unix_s =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-        println!("{}", Feed::Listening { addr: listener.local_addr()?, start_unix_s }.line());
+        println!("{}", Feed::Listening { addr: listener.local_addr()?, start_unix_s: unix_now() }.line());
     }
     let (term_tx, terminate) = watch::channel(false);
     let live = input.metrics.as_ref().map(|_| Arc::new(Mutex::new(LiveMetrics::new())));
@@ -205,7 +257,10 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
         replicas: input.replicas,
         rule: input.rule,
         users: input.users,
+        tls: input.tls,
         server_connect_timeout: input.server_connect_timeout,
+        late_class_timeout: input.late_class_timeout,
+        server_params: Mutex::new(None),
         keys: Mutex::new(HashMap::new()),
         terminate,
         live: live.clone(),
@@ -228,7 +283,7 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
     }
     background.push(tokio::spawn(tick(shared.clone())));
     background.push(tokio::spawn(sample_cpu(shared.clone(), input.cluster)));
-    let mut signals = Signals::new()?;
+    let mut signals = Signals::require()?;
     let next = AtomicU32::new(0);
     loop {
         tokio::select! {
@@ -269,31 +324,55 @@ async fn stopping(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await.map(|_| ());
 }
 
-/// One client connection: log in within the deadline, then its session.
-async fn connection(shared: Arc<Shared>, id: u32, mut sock: TcpStream, login_timeout: Duration) {
+/// One client connection: log in within the deadline (in TLS once the
+/// client asks for it and the proxy offers it), then its session.
+async fn connection(shared: Arc<Shared>, id: u32, sock: TcpStream, login_timeout: Duration) {
     shared.open.fetch_add(1, Ordering::SeqCst);
     let _ = sock.set_nodelay(true);
+    let mut sock = ClientStream::Plain(sock);
     let mut buf = BytesMut::with_capacity(1024);
     let mut stop = shared.terminate.clone();
-    let entry = tokio::select! {
-        e = tokio::time::timeout(login_timeout, login::login(&shared, &mut sock, &mut buf)) => {
-            e.unwrap_or_else(|_| Err(Fatal::new("08P01", "canceling authentication due to timeout")))
+    let entry = loop {
+        let entry = tokio::select! {
+            e = tokio::time::timeout(login_timeout, login::login(&shared, &mut sock, &mut buf)) => {
+                e.unwrap_or_else(|_| Err(Fatal::new("08P01", "canceling authentication due to timeout")))
+            }
+            _ = stopping(&mut stop) => Err(Fatal::new("57P01", "terminating connection due to administrator command")),
+        };
+        match entry {
+            Ok(Entry::StartTls(acceptor)) => match encrypt(sock, acceptor, login_timeout).await {
+                Some(s) => sock = s,
+                None => {
+                    shared.open.fetch_sub(1, Ordering::SeqCst);
+                    return;
+                }
+            },
+            other => break other,
         }
-        _ = stopping(&mut stop) => Err(Fatal::new("57P01", "terminating connection due to administrator command")),
     };
     match entry {
-        Ok(Entry::Session(startup)) if buf.is_empty() => {
-            let class = shared.rule.classify(&startup);
-            relay::session(&shared, id, sock, &startup, class).await;
-        }
+        Ok(Entry::Session(startup)) if buf.is_empty() => match shared.rule.class_of(&startup) {
+            Some(class) => relay::session(&shared, id, sock, &startup, class).await,
+            None => late::session(&shared, id, sock, &startup).await,
+        },
         Ok(Entry::Session(_)) => {
             let f = Fatal::new("08P01", "unexpected message before authentication finished");
             login::send_fatal(&mut sock, &f).await;
         }
-        Ok(Entry::Done) => {}
+        Ok(Entry::Done | Entry::StartTls(_)) => {}
         Err(f) => login::send_fatal(&mut sock, &f).await,
     }
     shared.open.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// The TLS handshake on a plain connection, within `limit`; `None` when it
+/// failed (the client is gone or spoke no TLS).
+async fn encrypt(sock: ClientStream, acceptor: TlsAcceptor, limit: Duration) -> Option<ClientStream> {
+    let ClientStream::Plain(tcp) = sock else { return Some(sock) };
+    match tokio::time::timeout(limit, acceptor.accept(tcp)).await {
+        Ok(Ok(s)) => Some(ClientStream::Tls(Box::new(s))),
+        _ => None,
+    }
 }
 
 /// Every 20 ms: waiting sessions the gate now admits start, those past
@@ -344,25 +423,5 @@ async fn probe(shared: Arc<Shared>, r: ReplicaId, interval: Duration) {
             ctl.c.probed(r, seen, began, now);
             ctl.c.tick(now);
         });
-    }
-}
-
-/// SIGINT and SIGTERM.
-struct Signals {
-    int: tokio::signal::unix::Signal,
-    term: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn new() -> std::io::Result<Signals> {
-        use tokio::signal::unix::{signal, SignalKind};
-        Ok(Signals { int: signal(SignalKind::interrupt())?, term: signal(SignalKind::terminate())? })
-    }
-
-    async fn recv(&mut self) {
-        tokio::select! {
-            _ = self.int.recv() => {},
-            _ = self.term.recv() => {},
-        }
     }
 }

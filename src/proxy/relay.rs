@@ -2,13 +2,17 @@
 //! controller picks the replica (queueing or refusing as `run` would), the
 //! proxy logs into it with the cluster's credentials, hands the client the
 //! server's AuthenticationOk, parameters and key, then copies bytes both
-//! ways without reading queries. The server-to-client stream is followed
+//! ways without interpreting queries (the start of each is read only to
+//! notice a `SET application_name` that names another class, which is
+//! logged: the session stays). The server-to-client stream is followed
 //! message by message (lengths only), so when the replica's connection
 //! breaks, or the proxy stops, the client gets one whole FATAL
 //! ErrorResponse at a message boundary and a closed socket, never a hang.
 
+use super::late_class::{self, Said};
 use super::login::{send_fatal, Fatal};
 use super::startup::Startup;
+use super::tls::ClientStream;
 use super::Shared;
 use crate::backend::live_metrics::SessionOutcome;
 use crate::backend::proxy_feed::{failed_on, REPLICA_PARAM};
@@ -19,38 +23,102 @@ use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Runs the session of a logged-in client to its end.
-pub async fn session(shared: &Shared, id: u32, mut client: TcpStream, startup: &Startup, class: Class) {
+/// Runs the session of a logged-in client whose class its startup packet
+/// gave to its end.
+pub async fn session(shared: &Shared, id: u32, mut client: ClientStream, startup: &Startup, class: Class) {
+    let Some((r, server, pending)) = route(shared, id, &mut client, startup, class).await else { return };
+    shared.remember_params(&pending);
+    let mut to_client = AUTH_OK.to_vec();
+    to_client.extend(parameter_status(REPLICA_PARAM, &r.to_string()));
+    to_client.extend_from_slice(&pending);
+    let start = Start { to_client, to_server: Vec::new(), seen: pending, key: None };
+    finish(shared, id, r, class, client, server, start).await;
+}
+
+/// Admission and the proxy's login to the chosen replica: the replica, the
+/// server's socket and what it sent after its AuthenticationOk; `None`
+/// when the client got a FATAL instead (counted as rejected or failed).
+pub(super) async fn route(
+    shared: &Shared,
+    id: u32,
+    client: &mut ClientStream,
+    startup: &Startup,
+    class: Class,
+) -> Option<(ReplicaId, TcpStream, BytesMut)> {
     let asked = Instant::now();
     let r = match shared.admit(id, class).await {
         Ok(r) => r,
         Err(f) => {
             shared.count(class, None, SessionOutcome::Rejected, asked.elapsed());
-            return send_fatal(&mut client, &f).await;
+            send_fatal(client, &f).await;
+            return None;
         }
     };
-    let server = match connect(shared, r, startup).await {
-        Ok(s) => s,
+    match connect(shared, r, startup).await {
+        Ok((server, pending)) => {
+            shared.count(class, Some(r), SessionOutcome::Routed, asked.elapsed());
+            Some((r, server, pending))
+        }
         Err(f) => {
             shared.count(class, Some(r), SessionOutcome::Failed, asked.elapsed());
             shared.ended(r, class);
-            return send_fatal(&mut client, &f).await;
+            send_fatal(client, &f).await;
+            None
         }
-    };
-    shared.count(class, Some(r), SessionOutcome::Routed, asked.elapsed());
-    let key = relay(shared, r, client, server).await;
+    }
+}
+
+/// How a routed session's relay begins.
+pub(super) struct Start {
+    /// Sent to the client first.
+    pub to_client: Vec<u8>,
+    /// Sent to the server first (a late-naming client's first statements).
+    pub to_server: Vec<u8>,
+    /// Server bytes already received and passed on in `to_client`, followed
+    /// for the message framing and the session's cancel key.
+    pub seen: BytesMut,
+    /// The client's cancel key, already registered (the proxy's own key).
+    pub key: Option<(u32, u32)>,
+}
+
+/// Relays a routed session to its end, then forgets its cancel key and
+/// tells the controller it ended.
+pub(super) async fn finish(
+    shared: &Shared,
+    id: u32,
+    r: ReplicaId,
+    class: Class,
+    client: ClientStream,
+    server: TcpStream,
+    start: Start,
+) {
+    let key = relay(shared, Session { id, r, class }, client, server, start).await;
     if let Some(k) = key {
         shared.keys.lock().expect("keys lock").remove(&k);
     }
     shared.ended(r, class);
 }
 
+/// Which session a relay carries.
+#[derive(Clone, Copy)]
+struct Session {
+    id: u32,
+    r: ReplicaId,
+    class: Class,
+}
+
+/// The server's startup parameters for a client: its database (or its
+/// user name, as PostgreSQL defaults it) and its other parameters.
+pub(super) fn server_startup(startup: &Startup) -> (String, Vec<(String, String)>) {
+    let database = startup.param("database").or_else(|| startup.param("user")).unwrap_or("postgres").to_string();
+    let rest = startup.params().iter().filter(|(k, _)| k != "user" && k != "database").cloned().collect();
+    (database, rest)
+}
+
 /// Logs into replica `r` for the client: its database (or its user name,
 /// as PostgreSQL defaults it) and its other parameters.
 async fn connect(shared: &Shared, r: ReplicaId, startup: &Startup) -> Result<(TcpStream, BytesMut), Fatal> {
-    let database = startup.param("database").or_else(|| startup.param("user")).unwrap_or("postgres").to_string();
-    let rest: Vec<(String, String)> =
-        startup.params().iter().filter(|(k, _)| k != "user" && k != "database").cloned().collect();
+    let (database, rest) = server_startup(startup);
     let cfg = &shared.replicas[r.idx()];
     let began = shared.now();
     let limit = shared.server_connect_timeout;
@@ -98,11 +166,47 @@ struct Framing {
     /// A Terminate (`X`) went by (client to server): the server closing
     /// next is the session's normal end.
     terminated: bool,
+    /// Read the start of each Query and Parse (client to server) for `SET
+    /// application_name`.
+    watch: bool,
+    /// The start of the current Query or Parse's body, while watched.
+    text: Option<Vec<u8>>,
+    /// The last `SET application_name` value seen.
+    named: Option<String>,
 }
+
+/// How much of a Query or Parse is read for `SET application_name`.
+const WATCHED: usize = 256;
 
 impl Framing {
     fn new() -> Framing {
-        Framing { header: [0; 5], seen: 0, remaining: 0, key: None, key_body: Vec::new(), terminated: false }
+        Framing {
+            header: [0; 5],
+            seen: 0,
+            remaining: 0,
+            key: None,
+            key_body: Vec::new(),
+            terminated: false,
+            watch: false,
+            text: None,
+            named: None,
+        }
+    }
+
+    /// A framing of the client's stream that reads its `SET
+    /// application_name` statements.
+    fn watching() -> Framing {
+        Framing { watch: true, ..Framing::new() }
+    }
+
+    /// The current watched message's body is complete (or long enough).
+    fn statement_read(&mut self) {
+        if let Some(text) = self.text.take() {
+            let said = late_class::sql_of(self.header[0], &text).map(|sql| late_class::said(&sql));
+            if let Some(Said::AppName(v)) = said {
+                self.named = Some(v);
+            }
+        }
     }
 
     fn at_boundary(&self) -> bool {
@@ -123,6 +227,12 @@ impl Framing {
                     self.seen = 0;
                     self.key_body.clear();
                     self.terminated |= self.header[0] == b'X';
+                    if self.watch && matches!(self.header[0], b'Q' | b'P') {
+                        self.text = Some(Vec::new());
+                        if self.remaining == 0 {
+                            self.statement_read();
+                        }
+                    }
                 }
                 continue;
             }
@@ -133,16 +243,22 @@ impl Framing {
                     self.key = Some((u32::from_be_bytes([p0, p1, p2, p3]), u32::from_be_bytes([k0, k1, k2, k3])));
                 }
             }
+            if let Some(text) = &mut self.text {
+                text.extend(&bytes[..take.min(WATCHED.saturating_sub(text.len()))]);
+            }
             self.remaining -= take;
             bytes = &bytes[take..];
+            if self.remaining == 0 || self.text.as_ref().is_some_and(|t| t.len() >= WATCHED) {
+                self.statement_read();
+            }
         }
     }
 }
 
 /// AuthenticationOk.
-const AUTH_OK: [u8; 9] = [b'R', 0, 0, 0, 8, 0, 0, 0, 0];
+pub(super) const AUTH_OK: [u8; 9] = [b'R', 0, 0, 0, 8, 0, 0, 0, 0];
 /// A ParameterStatus message: `name` is now `value`.
-fn parameter_status(name: &str, value: &str) -> Vec<u8> {
+pub(super) fn parameter_status(name: &str, value: &str) -> Vec<u8> {
     let len = 4 + name.len() + 1 + value.len() + 1;
     let mut m = Vec::with_capacity(1 + len);
     m.push(b'S');
@@ -170,30 +286,31 @@ enum End {
 /// Registers the session's cancel key once the server has sent it.
 fn register(shared: &Shared, r: ReplicaId, framing: &Framing, registered: &mut Option<(u32, u32)>) {
     if let (None, Some(k)) = (*registered, framing.key) {
-        shared.keys.lock().expect("keys lock").insert(k, r);
+        shared.keys.lock().expect("keys lock").insert(k, (r, k));
         *registered = Some(k);
     }
 }
 
 /// Copies both ways until one side closes or the proxy stops (then the
 /// session's running statement is cancelled on its replica, so it does not
-/// outlive the proxy); returns the session's cancel key (registered while
-/// it lived).
+/// outlive the proxy); returns the session's cancel key as its client knows
+/// it (registered while it lived). A `SET application_name` naming another
+/// class is said once.
 async fn relay(
     shared: &Shared,
-    r: ReplicaId,
-    mut client: TcpStream,
-    server: (TcpStream, BytesMut),
+    s: Session,
+    mut client: ClientStream,
+    mut server: TcpStream,
+    start: Start,
 ) -> Option<(u32, u32)> {
-    let (mut server, pending) = server;
+    let r = s.r;
     let mut framing = Framing::new();
-    let mut upstream = Framing::new();
-    let mut registered = None;
-    framing.feed(&pending);
+    let mut upstream = if shared.rule.reads_application_name() { Framing::watching() } else { Framing::new() };
+    let mut registered = start.key;
+    let mut told = false;
+    framing.feed(&start.seen);
     register(shared, r, &framing, &mut registered);
-    let mut first = AUTH_OK.to_vec();
-    first.extend(parameter_status(REPLICA_PARAM, &r.to_string()));
-    first.extend_from_slice(&pending);
+    upstream.feed(&start.to_server);
     let (mut cbuf, mut sbuf) = (vec![0u8; CHUNK], vec![0u8; CHUNK]);
     let mut stop = shared.terminate.clone();
     // One wait for the stop for the whole session: made anew in every turn
@@ -201,10 +318,15 @@ async fn relay(
     let stopped = super::stopping(&mut stop);
     tokio::pin!(stopped);
     let began = shared.now();
-    let end = if client.write_all(&first).await.is_err() {
+    let end = if client.write_all(&start.to_client).await.is_err() {
         End::Quiet
+    } else if server.write_all(&start.to_server).await.is_err() {
+        End::Lost
     } else {
         loop {
+            if let Some(v) = upstream.named.take() {
+                told = told || shared.named_after_routing(s.id, r, s.class, &v);
+            }
             tokio::select! {
                 biased;
                 _ = &mut stopped => break End::Stop,
@@ -288,5 +410,31 @@ mod tests {
         assert_eq!(parameter_status("a", "b"), [b'S', 0, 0, 0, 8, b'a', 0, b'b', 0]);
         assert_eq!(server_code("3D000"), "3D000");
         assert_eq!(server_code("XX000"), "08006");
+    }
+
+    #[test]
+    fn a_watched_stream_finds_set_application_name_across_any_split() {
+        let query = |sql: &str| {
+            let mut m = vec![b'Q'];
+            m.extend(((5 + sql.len()) as u32).to_be_bytes());
+            m.extend(sql.as_bytes());
+            m.push(0);
+            m
+        };
+        let mut stream = query("SELECT 1");
+        stream.extend([b'S', 0, 0, 0, 4]);
+        stream.extend(query("set application_name to 'premium-x'; SELECT 2"));
+        for cut in 0..stream.len() {
+            let mut f = Framing::watching();
+            f.feed(&stream[..cut]);
+            f.feed(&stream[cut..]);
+            assert_eq!(f.named.as_deref(), Some("premium-x"), "cut {cut}");
+        }
+        let mut plain = Framing::new();
+        plain.feed(&stream);
+        assert_eq!(plain.named, None, "not watched");
+        let mut long = Framing::watching();
+        long.feed(&query(&format!("SELECT '{}'", "x".repeat(5000))));
+        assert!(long.at_boundary() && long.named.is_none() && long.text.is_none());
     }
 }

@@ -174,12 +174,11 @@ pub fn start(cluster: &Cluster, flags: &[String], w: &Workload) -> Result<(Proxy
             }
         }
     });
-    let mut proxy = ProxyChild { child, dir, addr: "127.0.0.1:0".parse().expect("an address") };
     let Ok(Some(Feed::Listening { addr, start_unix_s })) = first_rx.recv_timeout(READY_WITHIN) else {
-        let why = proxy.stop_now();
-        return Err(Error::Run(anyhow!("the proxy did not start ({why}); its log: {}", proxy.log_tail())));
+        let why = stop_child(&mut child);
+        return Err(Error::Run(anyhow!("the proxy did not start ({why}); its log: {}", log_tail(dir.path()))));
     };
-    proxy.addr = addr;
+    let proxy = ProxyChild { child, dir, addr };
     let base = cluster.config(0);
     let mut cfg = tokio_postgres::Config::new();
     cfg.host(addr.ip().to_string()).port(addr.port());
@@ -221,24 +220,35 @@ impl ProxyChild {
 
     /// SIGTERM, up to 5 s for the drain, then SIGKILL; how it ended.
     fn stop_now(&mut self) -> String {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        for _ in 0..100 {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                return s.to_string();
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        self.child.wait().map_or_else(|e| e.to_string(), |s| format!("killed after 5 s ({s})"))
+        stop_child(&mut self.child)
     }
 
     /// The last lines of the proxy's stderr, on one line.
     fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(self.dir.path().join("proxy.log")).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(5)..].join(" | ")
+        log_tail(self.dir.path())
     }
+}
+
+/// SIGTERM to the proxy process, up to 5 s for its drain, then SIGKILL;
+/// how it ended.
+fn stop_child(child: &mut Child) -> String {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    for _ in 0..100 {
+        if let Ok(Some(s)) = child.try_wait() {
+            return s.to_string();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    child.wait().map_or_else(|e| e.to_string(), |s| format!("killed after 5 s ({s})"))
+}
+
+/// The last lines of the proxy's stderr (`proxy.log` in `dir`), on one line.
+fn log_tail(dir: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(dir.join("proxy.log")).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(5)..].join(" | ")
 }
 
 impl Drop for ProxyChild {
