@@ -520,23 +520,30 @@ fn plbbench_default_workload() -> String {
 /// Pins the simulator's figures at a fixed seed: any change to the router,
 /// the schedule, the simulator or the metrics shows up here. After an
 /// intended change, refresh with `UPDATE_GOLDEN=1 cargo test --release --test cli_sim`
-/// and explain the difference in the commit message. The runs use no
-/// `--checks warn`: each must pass every validity check, on the default
-/// (steady) workload and on the paper's regime (`sim-paper-*`).
+/// and explain the difference in the commit message. Each run must pass
+/// every validity check but the ones it names: on the paper's regime
+/// (`sim-paper-*`) PLB's cascade fails the time-out check, as the real
+/// cluster does (Freemium logins queue at the postmaster of a saturated
+/// Freemium replica; docs/paper.md), and 5RR passes.
 #[test]
 fn sim_figures_are_pinned_at_a_fixed_seed() {
     let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
     let runs = [
-        ("analytics", "plb", "cascade"),
-        ("analytics", "rr", "cascade"),
-        ("analytics", "rr-split", "premium-fault"),
-        ("paper", "plb", "cascade"),
-        ("paper", "rr", "cascade"),
+        ("analytics", "plb", "cascade", &[][..]),
+        ("analytics", "rr", "cascade", &[]),
+        ("analytics", "rr-split", "premium-fault", &[]),
+        ("paper", "plb", "cascade", &["time-outs"]),
+        ("paper", "rr", "cascade", &[]),
     ];
-    for (workload, strategy, faults) in runs {
+    for (workload, strategy, faults, failing) in runs {
         let dir = tmp(&format!("golden-{workload}-{strategy}"));
-        let out = sim_run(&dir, &["--workload", workload, "--strategy", strategy, "--faults", faults, "--seed", "1"]);
+        let args =
+            ["--workload", workload, "--strategy", strategy, "--faults", faults, "--seed", "1", "--checks", "warn"];
+        let out = sim_run(&dir, &args);
         assert!(out.status.success(), "{workload} {strategy}: {}", String::from_utf8_lossy(&out.stderr));
+        let failed: Vec<String> =
+            verdicts(&summary_of(&dir)).into_iter().filter(|(_, ok)| !ok).map(|(name, _)| name).collect();
+        assert_eq!(failed, failing, "{workload} {strategy} {faults}: failed checks");
         let got = std::fs::read_to_string(dir.join("phases.csv")).unwrap();
         let prefix = if workload == "paper" { "sim-paper" } else { "sim" };
         let file = golden.join(format!("{prefix}-{strategy}-{faults}-seed1.csv"));
@@ -714,7 +721,9 @@ fn baseline_with_connection(name: &str, costs: &str) -> (f64, f64) {
     let default =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/analytics.toml")).unwrap();
     let dir = tmp(name);
-    let figure = |l: &str| ["connect_cpu_ms", "close_cpu_ms", "connect_latency_ms"].iter().any(|k| l.starts_with(k));
+    let figure = |l: &str| {
+        ["connect_cpu_ms", "fork_cpu_ms", "close_cpu_ms", "connect_latency_ms"].iter().any(|k| l.starts_with(k))
+    };
     let lines = default.lines().filter(|l| !figure(l));
     let workload = lines.map(|l| if l == "[session]" { format!("{l}\n{costs}") } else { l.to_string() });
     let workload = workload.collect::<Vec<_>>().join("\n");

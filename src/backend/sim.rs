@@ -63,16 +63,23 @@ enum State {
     /// Waiting for admission (`--admission modes`).
     Queued { resume: Option<u32> },
     /// In a session on `replica`; `in_flight` holds the query's sequence
-    /// (or the connection set-up's, while `connecting`); `counted` while
-    /// its connection counts against the replica's `max_connections`.
-    Session {
-        replica: ReplicaId,
-        remaining: u32,
-        in_flight: Option<u64>,
-        broken: bool,
-        connecting: bool,
-        counted: bool,
-    },
+    /// (or the connection set-up's, while `set_up` is under way); `counted`
+    /// while its connection counts against the replica's `max_connections`.
+    Session { replica: ReplicaId, remaining: u32, in_flight: Option<u64>, broken: bool, set_up: SetUp, counted: bool },
+}
+
+/// Where a session's connection set-up is (design.md §6): a PostgreSQL
+/// login is first forked by the postmaster, one process serving every
+/// login one at a time at its fair share of the replica's quota, then
+/// set up by its own backend beside the queries.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum SetUp {
+    /// Connected (or never connecting): a job in flight is a query.
+    Done,
+    /// Waiting for the postmaster, or being forked by it.
+    Forking,
+    /// Its backend authenticates and prepares.
+    Starting,
 }
 
 struct ClientState {
@@ -291,7 +298,7 @@ impl Sim<'_, '_> {
             remaining,
             in_flight: None,
             broken: false,
-            connecting: false,
+            set_up: SetUp::Done,
             counted: accepted,
         };
         if !accepted {
@@ -309,19 +316,52 @@ impl Sim<'_, '_> {
         }
     }
 
-    /// Sets up the session's connection: a job of `connect_cpu_ms` on the
-    /// replica, under the client's connect deadline.
+    /// Sets up the session's connection under the client's connect
+    /// deadline: the postmaster's fork (`fork_cpu_ms`, one login at a time,
+    /// first come first served), then the backend's own set-up (the rest of
+    /// `connect_cpu_ms`) beside the queries.
     fn connect(&mut self, i: usize, r: ReplicaId) {
         let w = self.input.workload;
-        let q = self.next_job(i, true);
-        self.enqueue(r, i, q, w.session.connect_cpu_ms / 1000.0);
+        let fork_s = w.session.fork_cpu_ms / 1000.0;
+        let stage = if fork_s > 0.0 { SetUp::Forking } else { SetUp::Starting };
+        let q = self.next_job(i, stage);
         self.at(self.now + w.client.connect_timeout_ms as f64 / 1000.0, Ev::Timeout(i as u32, q));
+        if fork_s <= 0.0 {
+            return self.enqueue(r, i, q, w.session.connect_cpu_ms / 1000.0);
+        }
+        let postmaster = &mut self.servers[r.idx()].postmaster;
+        postmaster.push_back((i as u32, q));
+        if postmaster.len() == 1 {
+            self.enqueue(r, i, q, fork_s);
+        }
+    }
+
+    /// The postmaster forked client `c`'s backend: the backend sets itself
+    /// up, and the postmaster turns to the next login waiting, if any.
+    fn forked(&mut self, c: u32, r: ReplicaId) {
+        let w = self.input.workload;
+        let fork_ms = w.session.fork_cpu_ms;
+        self.servers[r.idx()].postmaster.pop_front();
+        if let State::Session { in_flight: Some(q), set_up, .. } = &mut self.clients[c as usize].state {
+            *set_up = SetUp::Starting;
+            let q = *q;
+            self.enqueue(r, c as usize, q, (w.session.connect_cpu_ms - fork_ms).max(0.0) / 1000.0);
+        }
+        self.fork_next(r);
+    }
+
+    /// Puts the first login waiting for `r`'s postmaster in service.
+    fn fork_next(&mut self, r: ReplicaId) {
+        if let Some(&(c, q)) = self.servers[r.idx()].postmaster.front() {
+            let fork_s = self.input.workload.session.fork_cpu_ms / 1000.0;
+            self.enqueue(r, c as usize, q, fork_s);
+        }
     }
 
     fn send(&mut self, i: usize, r: ReplicaId) {
         let w = self.input.workload;
         let draw = self.clients[i].script.query(w);
-        let q = self.next_job(i, false);
+        let q = self.next_job(i, SetUp::Done);
         self.enqueue(r, i, q, draw.demand_s);
         let deadline = self.input.control.query_deadline_s(w.client.query_timeout_ms as f64 / 1000.0);
         self.at(self.now + deadline, Ev::Timeout(i as u32, q));
@@ -329,13 +369,13 @@ impl Sim<'_, '_> {
 
     /// Numbers client `i`'s next job (a query, or its connection's set-up)
     /// and marks it in flight.
-    fn next_job(&mut self, i: usize, set_up: bool) -> u64 {
+    fn next_job(&mut self, i: usize, stage: SetUp) -> u64 {
         let c = &mut self.clients[i];
         c.qseq += 1;
         c.sent = self.now;
-        if let State::Session { in_flight, connecting, .. } = &mut c.state {
+        if let State::Session { in_flight, set_up, .. } = &mut c.state {
             *in_flight = Some(c.qseq);
-            *connecting = set_up;
+            *set_up = stage;
         }
         c.qseq
     }
@@ -343,9 +383,9 @@ impl Sim<'_, '_> {
     /// The connection's set-up is done on the replica; nothing is in flight
     /// until the first query (its wake-up sends it).
     fn connected(&mut self, i: usize) {
-        if let State::Session { in_flight, connecting, .. } = &mut self.clients[i].state {
+        if let State::Session { in_flight, set_up, .. } = &mut self.clients[i].state {
             *in_flight = None;
-            *connecting = false;
+            *set_up = SetUp::Done;
         }
     }
 
@@ -414,7 +454,9 @@ impl Sim<'_, '_> {
         if c == BACKGROUND {
             return self.backend_gone(r);
         }
-        if self.clients[c as usize].connecting() {
+        if self.clients[c as usize].stage() == SetUp::Forking {
+            self.forked(c, r);
+        } else if self.clients[c as usize].connecting() {
             // Set up on the replica: after the set-up's latency outside it
             // (`connect_latency_ms`), the first query goes out, still due
             // at the session's intended start.
@@ -438,6 +480,15 @@ impl Sim<'_, '_> {
         let s = &mut self.servers[replica.idx()];
         s.advance(self.now, self.input.cpus);
         s.cancel(i as u32);
+        if self.clients[i].stage() == SetUp::Forking {
+            // It leaves the postmaster's queue; if it was being forked, the
+            // next login's fork starts.
+            let was_first = s.postmaster.front().is_some_and(|&(c, _)| c == i as u32);
+            s.postmaster.retain(|&(c, _)| c != i as u32);
+            if was_first {
+                self.fork_next(replica);
+            }
+        }
         if self.clients[i].connecting() {
             let why = self.input.control.connect_failed(replica, ConnectError::Timeout, self.now);
             self.abort(i, replica, why);
@@ -551,7 +602,8 @@ impl Sim<'_, '_> {
     fn kill(&mut self, r: ReplicaId) {
         let s = &mut self.servers[r.idx()];
         s.up = false;
-        let jobs = s.drain();
+        let mut jobs = s.drain();
+        jobs.extend(std::mem::take(&mut s.postmaster));
         self.agenda.cancel(Ev::Done(r));
         self.agenda.cancel(Ev::Quota(r));
         for (c, q) in jobs {
@@ -605,7 +657,15 @@ impl ClientState {
 
     /// Whether the job in flight is the connection's set-up.
     fn connecting(&self) -> bool {
-        matches!(self.state, State::Session { connecting: true, .. })
+        self.stage() != SetUp::Done
+    }
+
+    /// Where the session's connection set-up is.
+    fn stage(&self) -> SetUp {
+        match self.state {
+            State::Session { set_up, .. } => set_up,
+            _ => SetUp::Done,
+        }
     }
 }
 

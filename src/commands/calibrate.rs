@@ -324,6 +324,7 @@ fn connect_cost(c: &LocalCluster, q: &QueryTemplate, n: u32) -> Result<ConnectCo
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("tokio")?;
     let cfg = c.config(0);
     let (mut setup_s, mut close_s, mut wall) = (0.0, 0.0, Duration::ZERO);
+    let postmaster0 = postmaster_cpu(c)?;
     let mut left = n;
     while left > 0 {
         let batch = left.min(CONNECT_BATCH);
@@ -350,11 +351,13 @@ fn connect_cost(c: &LocalCluster, q: &QueryTemplate, n: u32) -> Result<ConnectCo
         setup_s += cpu1 - cpu0;
         close_s += cpu(c)? - cpu1;
     }
+    let postmaster_s = postmaster_cpu(c)? - postmaster0;
     let per = |s: f64| round2(s * 1000.0 / f64::from(n));
     Ok(ConnectCost {
         connections: n,
         cpu_ms: per(setup_s + close_s),
         close_cpu_ms: per(close_s),
+        postmaster_cpu_ms: per(postmaster_s),
         wall_ms: per(wall.as_secs_f64()),
         idle_wall_ms: round2(idle_connect_ms(&rt, c, q)?),
     })
@@ -403,6 +406,20 @@ fn idle_connect_ms(rt: &tokio::runtime::Runtime, c: &LocalCluster, q: &QueryTemp
 /// r1's CPU seconds (connection set-up is timed on r1 alone).
 fn cpu(c: &LocalCluster) -> Result<f64, Error> {
     c.cpu_seconds(0).ok_or_else(|| Error::Run(anyhow::anyhow!("no CPU accounting for r1 (cgroups)")))
+}
+
+/// r1's postmaster's own CPU seconds (`/proc/<pid>/schedstat`, in
+/// nanoseconds): it forks every backend and reaps it, one at a time.
+fn postmaster_cpu(c: &LocalCluster) -> Result<f64, Error> {
+    let pid = c.pid(0).ok_or_else(|| Error::Run(anyhow::anyhow!("r1 has no postmaster")))?;
+    let path = format!("/proc/{pid}/schedstat");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    let ns: f64 = text
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| Error::Run(anyhow::anyhow!("{path}: no CPU time in {text:?}")))?;
+    Ok(ns / 1e9)
 }
 
 /// Every replica's CPU seconds together.

@@ -88,6 +88,11 @@ pub struct ConnectCost {
     /// SCRAM, round trips). 0 in files written before it was measured.
     #[serde(default)]
     pub idle_wall_ms: f64,
+    /// Of `cpu_ms`, the postmaster's own CPU per connection (forking the
+    /// backend and reaping it), ms: the part no two logins do at once. 0 in
+    /// files written before it was measured.
+    #[serde(default)]
+    pub postmaster_cpu_ms: f64,
 }
 
 impl ConnectCost {
@@ -191,6 +196,7 @@ impl Calibration {
         w.session.connect_cpu_ms = self.connect.cpu_ms - self.connect.close_cpu_ms;
         w.session.close_cpu_ms = self.connect.close_cpu_ms;
         w.session.connect_latency_ms = self.connect.latency_ms();
+        w.session.fork_cpu_ms = self.connect.postmaster_cpu_ms.min(w.session.connect_cpu_ms);
         Ok(())
     }
 
@@ -204,7 +210,8 @@ impl Calibration {
              # else closed loop), the median of `repeats` measurements;\n\
              # connect.cpu_ms is one connection's whole cost (connect, SCRAM, prepare, close),\n\
              # connect.close_cpu_ms the part of it spent after the client closes;\n\
-             # connect.idle_wall_ms a set-up's median wall time on an idle replica.\n{body}"
+             # connect.idle_wall_ms a set-up's median wall time on an idle replica;\n\
+             # connect.postmaster_cpu_ms the postmaster's own part of cpu_ms.\n{body}"
         )
     }
 }
@@ -269,11 +276,20 @@ mod tests {
         assert!((setup + w.session.close_cpu_ms - c.connect.cpu_ms).abs() < 1e-9, "set-up and close apart");
         assert_eq!(w.session.close_cpu_ms, c.connect.close_cpu_ms);
         let close_line = format!("close_cpu_ms = {}\n", c.connect.close_cpu_ms);
-        let older = Calibration::parse(&FILE.replacen(&close_line, "", 1)).unwrap();
+        let older = FILE.replacen(&close_line, "", 1).replacen("postmaster_cpu_ms = 0.48\n", "", 1);
+        let older = Calibration::parse(&older).unwrap();
         assert_eq!(older.connect.close_cpu_ms, 0.0, "a file from before close was measured apart");
         older.apply(&mut w).unwrap();
         assert_eq!((w.session.connect_cpu_ms, w.session.close_cpu_ms), (c.connect.cpu_ms, 0.0));
         assert_eq!((older.connect.idle_wall_ms, w.session.connect_latency_ms), (0.0, 0.0), "not measured: no latency");
+        assert_eq!(w.session.fork_cpu_ms, 0.0, "a file from before the postmaster was measured");
+        let mut c = c.clone();
+        c.connect.postmaster_cpu_ms = 0.48;
+        c.apply(&mut w).unwrap();
+        assert_eq!(w.session.fork_cpu_ms, 0.48, "the postmaster's part is the serial part of a login");
+        c.connect.postmaster_cpu_ms = 99.0;
+        c.apply(&mut w).unwrap();
+        assert_eq!(w.session.fork_cpu_ms, w.session.connect_cpu_ms, "never more than the whole set-up");
         let unknown = format!("bogus = 1\n{FILE}");
         assert!(Calibration::parse(&unknown).unwrap_err().to_string().contains("bogus"));
     }

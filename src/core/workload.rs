@@ -89,6 +89,13 @@ pub struct SessionShape {
     /// simulator charges it before a session's first query.
     #[serde(default)]
     pub connect_cpu_ms: f64,
+    /// Of `connect_cpu_ms`, the postmaster's part (forking the backend),
+    /// ms: one process does it for every login in turn at its fair share
+    /// of the quota, so on a replica with hundreds of busy backends logins
+    /// queue for it. `plbbench calibrate` measures it from the
+    /// postmaster's own CPU (default 0: no queue at the postmaster).
+    #[serde(default)]
+    pub fork_cpu_ms: f64,
     /// CPU a replica spends after a session's client closes (the backend's
     /// exit), ms (default 0). The simulator charges it as work no client
     /// waits for; sizing counts it as offered CPU.
@@ -256,12 +263,16 @@ impl Workload {
         for (field, v) in [
             ("session.between_ms", self.session.between_ms),
             ("session.connect_cpu_ms", self.session.connect_cpu_ms),
+            ("session.fork_cpu_ms", self.session.fork_cpu_ms),
             ("session.close_cpu_ms", self.session.close_cpu_ms),
             ("session.connect_latency_ms", self.session.connect_latency_ms),
         ] {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(invalid(field, "must be a non-negative number"));
             }
+        }
+        if self.session.fork_cpu_ms > self.session.connect_cpu_ms {
+            return Err(invalid("session.fork_cpu_ms", "must be at most session.connect_cpu_ms"));
         }
         if self.session.queries_min == 0 || self.session.queries_min > self.session.queries_max {
             return Err(invalid("session.queries_min", "must be at least 1 and at most queries_max"));
@@ -440,6 +451,7 @@ mod tests {
             think_ms: 1000.0,
             between_ms: 30_000.0,
             connect_cpu_ms: 0.0,
+            fork_cpu_ms: 0.0,
             close_cpu_ms: 0.0,
             connect_latency_ms: 0.0,
         };

@@ -6,7 +6,7 @@
 
 use super::heap::IndexedHeap;
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 /// The CFS bandwidth period, seconds (the local backend writes 100 ms).
 pub const PERIOD_S: f64 = 0.1;
@@ -41,6 +41,9 @@ pub struct Server {
     pub period_end: f64,
     /// Client connections open on it (being set up or in a session).
     pub connections: u32,
+    /// Logins waiting for the postmaster's fork, first come first served;
+    /// the first is in service (its job is among `jobs`).
+    pub postmaster: VecDeque<(u32, u64)>,
 }
 
 impl Server {
@@ -58,6 +61,7 @@ impl Server {
             budget: 0.0,
             period_end: 0.0,
             connections: 0,
+            postmaster: VecDeque::new(),
         }
     }
 

@@ -48,3 +48,43 @@ fn an_exiting_backend_keeps_its_connection_slot_until_its_exit_is_done() {
     assert!(held.iter().any(|(reason, n)| reason == "too many clients" && *n > 0), "{held:?}");
     assert_eq!(aborts_with_exit_cpu(0.0), vec![]);
 }
+
+/// Twenty Freemium clients log in at once on two replicas of one core,
+/// each login 1 s of CPU, under a 5.5 s connect deadline: the connect
+/// time-outs by the time the first deadline has passed.
+fn login_timeouts(fork_cpu_ms: f64) -> u64 {
+    let mut w = Workload::parse(include_str!("../../../workloads/analytics.toml")).unwrap();
+    w.session.connect_cpu_ms = 1000.0;
+    w.session.fork_cpu_ms = fork_cpu_ms;
+    (w.session.connect_latency_ms, w.session.close_cpu_ms) = (0.0, 0.0);
+    (w.session.think_ms, w.session.between_ms) = (1_000_000.0, 0.0);
+    w.client.connect_timeout_ms = 5500;
+    let router = Router::new(RouterConfig::for_tests(Strategy::Rr, [1, 0, 1]));
+    let watch = Watch::oracle(2, Recovery::None, HealthConfig::default());
+    let control = Controller::new(router, watch, None, 1.0, w.client.query_timeout_ms as f64);
+    let phases = vec![Phase { name: "baseline".into(), start_s: 0.0, end_s: 6.0, survivors: 2 }];
+    let mut col = Collector::new(phases, 2, 1.0, false);
+    let input = SimInput {
+        workload: &w,
+        clients: schedule::clients(20, 0, 0.001, 7),
+        control,
+        faults: &[],
+        cpus: 1.0,
+        duration_s: 6.0,
+        probe_interval_s: 0.0,
+        max_connections: 100,
+    };
+    let out = run(input, &mut col);
+    let metrics = col.finish(&|_, _| true, out.in_flight);
+    metrics.abort_reasons.iter().filter(|(_, reason, _)| reason == "connect timeout").map(|(_, _, n)| n).sum()
+}
+
+/// The postmaster forks one login at a time: of ten logins on a replica,
+/// the first five are done within the deadline and the other five wait
+/// past it. Shared like queries, the same CPU finishes none of the ten in
+/// time.
+#[test]
+fn logins_queue_for_the_postmaster_one_at_a_time() {
+    assert_eq!(login_timeouts(1000.0), 10);
+    assert_eq!(login_timeouts(0.0), 20);
+}
