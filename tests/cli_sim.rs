@@ -761,3 +761,46 @@ fn connect_latency_delays_the_first_query_and_costs_no_cpu() {
     assert!(p95_wait > p95_none + 30.0, "p95 {p95_wait} ms with a 40 ms wait against {p95_none} ms without");
     assert!((cpu_wait - cpu_none).abs() < 0.05 * cpu_none, "CPU {cpu_wait} against {cpu_none}");
 }
+
+/// A calibration from a host where every query costs twice the committed
+/// figure: the default workload's pause grows so that it offers the same
+/// 70% of rr-split's Freemium pair there (its operating point), the run
+/// records which costs it took, and a calibration that no pause can bring
+/// to the point is refused with one line naming the flag.
+#[test]
+fn a_calibration_resizes_the_pause_to_the_workloads_operating_point() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let committed = std::fs::read_to_string(root.join("workloads/calibration-local.toml")).unwrap();
+    let doubled = committed.replace("cpu_ms = 1.14\n", "cpu_ms = 2.28\n").replace("cpu_ms = 2.64\n", "cpu_ms = 5.28\n");
+    assert_ne!(doubled, committed);
+    let dir = tmp("op-point");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("slow-host.toml");
+    std::fs::write(&file, &doubled).unwrap();
+    let run = dir.join("run");
+    let args = ["--T", "200", "--faults", "none", "--time-scale", "0.1", "--calibration", file.to_str().unwrap()];
+    let out = sim_run(&run, &args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let config: toml::Value = toml::from_str(&std::fs::read_to_string(run.join("config.toml")).unwrap()).unwrap();
+    let between = config["workload"]["session"]["between_ms"].as_float().unwrap();
+    assert!(between > 1.5 * 88057.0, "the pause grows with the costs: {between}");
+    let settings = &summary_of(&run)["settings"];
+    let line = settings["calibration"].as_str().unwrap();
+    assert!(line.contains("slow-host.toml") && line.contains("operating point 0.70 of the partition budget"), "{line}");
+    let html = std::fs::read_to_string(run.join("report.html")).unwrap();
+    assert!(html.contains("slow-host.toml"), "the report names the costs it used");
+    // Queries so cheap that 1,000 clients without a pause offer less than
+    // 70% of the partition.
+    let cheap = committed.replace("cpu_ms = 1.14\n", "cpu_ms = 0.01\n").replace("cpu_ms = 2.64\n", "cpu_ms = 0.02\n");
+    let cheap =
+        cheap.replace("cpu_ms = 7.26\n", "cpu_ms = 0.05\n").replace("close_cpu_ms = 2.11\n", "close_cpu_ms = 0.01\n");
+    let cheap = cheap.replace("postmaster_cpu_ms = 0.48\n", "postmaster_cpu_ms = 0.01\n");
+    std::fs::write(&file, cheap).unwrap();
+    let out = sim_run(&dir.join("refused"), &args);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("--calibration") && err.contains("operating point 0.70"), "{err}");
+    assert!(!dir.join("refused").exists(), "nothing written for a refused run");
+    std::fs::remove_dir_all(dir).unwrap();
+}

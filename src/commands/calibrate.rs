@@ -116,6 +116,13 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
     let levels = args.levels()?;
     let w = load_workload(args.workload.as_deref())?;
     let machine = machine();
+    let busy = host_cpu_in_use();
+    if busy > BUSY_HOST {
+        eprintln!(
+            "plbbench: warning: {:.0}% of this host's CPU is in use before the replicas start: costs measured beside other work read high (25-43% beside a build, docs/measurement.md); calibrate on a quiet machine",
+            busy * 100.0
+        );
+    }
     let opts = LocalOptions {
         replicas: args.replicas,
         cpus: args.cpus,
@@ -245,6 +252,20 @@ fn report(cal: &Calibration, w: &Workload) {
 }
 
 /// The machine the calibration runs on.
+/// The share of the host's CPU in use above which a calibration warns that
+/// its costs will read high: a quarter, about what a terminal, an editor and
+/// a browser leave on a 2-core machine; a build takes it all.
+const BUSY_HOST: f32 = 0.25;
+
+/// The share of the host's CPU in use over the next second, 0..1.
+fn host_cpu_in_use() -> f32 {
+    let mut sys = sysinfo::System::new();
+    sys.refresh_cpu_usage();
+    std::thread::sleep(sysinfo::MINIMUM_CPU_UPDATE_INTERVAL.max(Duration::from_secs(1)));
+    sys.refresh_cpu_usage();
+    sys.global_cpu_usage() / 100.0
+}
+
 fn machine() -> Machine {
     let mut sys = sysinfo::System::new();
     sys.refresh_memory();

@@ -12,6 +12,7 @@ pub mod faults;
 pub mod health;
 pub mod metrics;
 pub mod model;
+pub mod operating_point;
 pub mod outcome;
 pub mod phases;
 pub mod recovery;

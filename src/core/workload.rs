@@ -4,6 +4,7 @@
 //! mistake is reported with its file, line and field before anything starts.
 
 use super::model::Class;
+use super::operating_point::{Basis, OperatingPoint};
 use serde::{Deserialize, Serialize};
 
 /// A whole workload file.
@@ -23,6 +24,11 @@ pub struct Workload {
     pub run: RunShape,
     /// Session shape.
     pub session: SessionShape,
+    /// The load the workload means to offer, against the cluster's budget:
+    /// a run that takes its costs from a calibration re-sizes
+    /// `session.between_ms` from it (absent: the pause is as written).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operating_point: Option<OperatingPoint>,
     /// Client deadlines and backoff.
     #[serde(default)]
     pub client: ClientShape,
@@ -277,6 +283,15 @@ impl Workload {
         if self.session.queries_min == 0 || self.session.queries_min > self.session.queries_max {
             return Err(invalid("session.queries_min", "must be at least 1 and at most queries_max"));
         }
+        if let Some(op) = &self.operating_point {
+            op.validate().map_err(|(field, reason)| invalid(field, reason))?;
+            if self.session.between_ms == 0.0 {
+                return Err(invalid(
+                    "operating_point",
+                    "a closed population (session.between_ms = 0) offers what its T clients can: it has no operating point to size",
+                ));
+            }
+        }
         if self.router.theta == Some(0) {
             return Err(invalid("router.theta", "must be at least 1"));
         }
@@ -379,6 +394,28 @@ impl Workload {
         (p / (split.0 as f64 * cpus)).max(f / (split.1 as f64 * cpus))
     }
 
+    /// The `session.between_ms` at which the workload offers its operating
+    /// point on `replicas` replicas of `cpus` cores (rr-split's `split`
+    /// for the partition basis), at the costs it holds now; `None` without
+    /// an operating point. Err: the reference population cannot offer it
+    /// even with no pause, with the most it can.
+    pub fn between_at_operating_point(
+        &self,
+        replicas: usize,
+        cpus: f64,
+        split: (usize, usize),
+    ) -> Option<Result<f64, f64>> {
+        let op = self.operating_point?;
+        let utilisation = |w: &Workload| match op.basis {
+            Basis::Cluster => w.offered_utilisation(op.clients, op.premium_pct, replicas, cpus),
+            Basis::Partition => w.partition_utilisation(op.clients, op.premium_pct, split, cpus),
+        };
+        let mut busiest = self.clone();
+        busiest.session.between_ms = 0.0;
+        let most = utilisation(&busiest);
+        Some(if most < op.utilisation { Err(most) } else { Ok(self.between_for(op.utilisation, utilisation)) })
+    }
+
     /// The `session.between_ms` at which `utilisation` (a function of the
     /// workload that falls as `between_ms` grows) equals `target`.
     pub fn between_for(&self, target: f64, utilisation: impl Fn(&Workload) -> f64) -> f64 {
@@ -473,6 +510,46 @@ mod tests {
             w.session.between_ms = w.between_for(target, |w| w.partition_utilisation(1000, 25, (3, 2), 0.3));
             assert!((w.partition_utilisation(1000, 25, (3, 2), 0.3) - target).abs() < 1e-9);
         }
+    }
+
+    #[test]
+    fn the_operating_point_sizes_the_pause_from_the_costs() {
+        let mut w = Workload::parse(DEFAULT).unwrap();
+        let op = w.operating_point.expect("the default workload states its operating point");
+        assert_eq!((op.basis, op.clients, op.premium_pct, op.utilisation), (Basis::Partition, 1000, 25, 0.70));
+        let at_file_costs = w.between_at_operating_point(5, 0.3, (3, 2)).unwrap().unwrap();
+        let written = w.session.between_ms;
+        assert!((at_file_costs / written - 1.0).abs() < 0.01, "between_ms {written} is the point's {at_file_costs}");
+        // A host where every query costs twice as much: a longer pause
+        // offers the same 70% of the partition.
+        for q in &mut w.query {
+            q.cpu_ms *= 2.0;
+        }
+        let slower = w.between_at_operating_point(5, 0.3, (3, 2)).unwrap().unwrap();
+        assert!(slower > 1.5 * written, "{slower} vs {written}");
+        w.session.between_ms = slower;
+        assert!((w.partition_utilisation(1000, 25, (3, 2), 0.3) - 0.70).abs() < 1e-6);
+        // On the whole cluster's budget instead, and out of reach.
+        w.operating_point = Some(OperatingPoint { basis: Basis::Cluster, utilisation: 0.5, ..op });
+        let b = w.between_at_operating_point(5, 0.3, (3, 2)).unwrap().unwrap();
+        w.session.between_ms = b;
+        assert!((w.offered_utilisation(1000, 25, 5, 0.3) - 0.5).abs() < 1e-6);
+        w.operating_point = Some(OperatingPoint { utilisation: 50.0, ..op });
+        let most = w.between_at_operating_point(5, 0.3, (3, 2)).unwrap().unwrap_err();
+        assert!(most > 0.70 && most < 50.0, "{most}");
+        w.operating_point = None;
+        assert_eq!(w.between_at_operating_point(5, 0.3, (3, 2)), None);
+    }
+
+    #[test]
+    fn an_operating_point_is_checked_and_refused_for_a_closed_population() {
+        let bad = DEFAULT.replace("utilisation = 0.70", "utilisation = -1");
+        assert!(Workload::parse(&bad).unwrap_err().to_string().contains("operating_point.utilisation"));
+        let bad = DEFAULT.replace("basis = \"partition\"", "basis = \"rack\"");
+        assert!(Workload::parse(&bad).unwrap_err().to_string().contains("basis"));
+        let closed = DEFAULT.replace("between_ms = 88057.0", "between_ms = 0.0");
+        assert_ne!(closed, DEFAULT);
+        assert!(Workload::parse(&closed).unwrap_err().to_string().contains("closed population"));
     }
 
     #[test]

@@ -21,6 +21,12 @@ pub struct Settings {
     /// the run set it; absent otherwise and in files from before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<f64>,
+    /// `--calibration`: the file whose costs the run took, when it was
+    /// measured, and the pause the workload's operating point came to;
+    /// absent when the run used the workload's own costs and in files from
+    /// before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<String>,
     /// Replicas K.
     pub replicas: usize,
     /// PLB reference split `P,M,F`.

@@ -105,7 +105,7 @@ pub struct CommonArgs {
     /// Workload: a file, or a built-in by name: analytics (the steady open workload, the home of --load), paper (the paper's regime, a saturated closed population fitted on RQ1 and RQ2), closed-population, held-sessions [default: analytics].
     #[arg(long, value_name = "FILE|NAME")]
     pub workload: Option<PathBuf>,
-    /// Calibration file (`plbbench calibrate`) whose measured costs replace the workload's: each template's cpu_ms and the connection set-up [default: the workload's own figures].
+    /// Calibration file (`plbbench calibrate`) whose measured costs replace the workload's: each template's cpu_ms and the connection set-up; a workload with an [operating_point] then re-sizes its pause to offer that point at these costs [default: the workload's own figures; scripts/main.sh passes this host's, measured once].
     #[arg(long, value_name = "FILE")]
     pub calibration: Option<PathBuf>,
     /// Cluster backend.

@@ -200,6 +200,7 @@ pub fn settings(plan: &Plan) -> Settings {
         mix: format!("{}:{}", plan.premium_pct, 100 - plan.premium_pct),
         clients: plan.clients,
         load: plan.load,
+        calibration: plan.calibration.clone(),
         replicas: plan.replicas,
         reference: format!("{},{},{}", r[0], r[1], r[2]),
         split: format!("{}:{}", plan.router.split.0, plan.router.split.1),

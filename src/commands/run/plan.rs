@@ -97,6 +97,9 @@ pub struct Plan {
     pub clients: u32,
     /// `--load`: the offered load the workload was set to, if given.
     pub load: Option<f64>,
+    /// `--calibration`: the file whose costs the workload took, with when
+    /// it was measured and the pause its operating point came to.
+    pub calibration: Option<String>,
     /// Number of replicas K (also in `router`).
     pub replicas: usize,
     /// `max_connections` of every replica of a cluster the run starts and
@@ -207,6 +210,51 @@ pub fn read_text(field: &str, path: &Path) -> Result<String, Error> {
 /// Sets `session.between_ms` so that the workload offers `load` of the
 /// cluster's CPU budget (`--load`); refused when `clients` cannot offer
 /// that much even without a pause between sessions.
+/// Lays the calibration file at `path` over the workload's costs and, if
+/// the workload states an operating point, re-sizes its pause to offer that
+/// point at these costs; returns the line the run's settings record.
+fn calibrate(
+    w: &mut Workload,
+    path: &Path,
+    replicas: usize,
+    cpus: f64,
+    split: (usize, usize),
+) -> Result<String, Error> {
+    let bad =
+        |e: crate::core::calibration::CalibrationError| input("--calibration", format!("{}: {e}", path.display()));
+    let cal = crate::core::calibration::Calibration::parse(&read_text("--calibration", path)?).map_err(bad)?;
+    cal.apply(w).map_err(bad)?;
+    let mut line = format!("{} (measured {})", path.display(), cal.measured_utc);
+    match w.between_at_operating_point(replicas, cpus, split) {
+        None => {}
+        Some(Ok(between)) => {
+            w.session.between_ms = (between * 10.0).round() / 10.0;
+            let op = w.operating_point.expect("a pause implies a point");
+            line += &format!(
+                "; operating point {:.2} of the {} budget at T={}: between_ms {:.0}",
+                op.utilisation,
+                op.basis.name(),
+                op.clients,
+                w.session.between_ms
+            );
+        }
+        Some(Err(most)) => {
+            let op = w.operating_point.expect("a pause implies a point");
+            return Err(input(
+                "--calibration",
+                format!(
+                    "{}: at these costs {} clients offer at most {most:.2} of the {} budget, below the workload's operating point {:.2}",
+                    path.display(),
+                    op.clients,
+                    op.basis.name(),
+                    op.utilisation
+                ),
+            ));
+        }
+    }
+    Ok(line)
+}
+
 fn set_load(w: &mut Workload, load: f64, clients: u32, pct: u32, replicas: usize, cpus: f64) -> Result<(), Error> {
     if !(load.is_finite() && load > 0.0) {
         return Err(input("--load", format!("must be a positive fraction of the cluster's capacity, got {load}")));
@@ -279,13 +327,10 @@ impl Plan {
             return Err(input("--probe-interval-ms", "must be at least 1"));
         }
         let mut workload = load_workload(c.workload.as_deref())?;
-        if let Some(path) = &c.calibration {
-            let bad = |e: crate::core::calibration::CalibrationError| {
-                input("--calibration", format!("{}: {e}", path.display()))
-            };
-            let cal = crate::core::calibration::Calibration::parse(&read_text("--calibration", path)?).map_err(bad)?;
-            cal.apply(&mut workload).map_err(bad)?;
-        }
+        let calibration = match &c.calibration {
+            Some(path) => Some(calibrate(&mut workload, path, c.replicas, c.cpus, split)?),
+            None => None,
+        };
         if let Some(load) = c.load {
             set_load(&mut workload, load, c.clients, premium_pct, c.replicas, c.cpus)?;
         }
@@ -332,6 +377,7 @@ impl Plan {
             premium_pct,
             clients: c.clients,
             load: c.load,
+            calibration,
             replicas: c.replicas,
             max_connections: c.max_connections.unwrap_or_else(|| crate::core::model::max_connections_for(c.clients)),
             seed: c.seed,

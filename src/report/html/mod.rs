@@ -362,6 +362,7 @@ fn settings(s: &Summary) -> Vec<Item> {
         item("fault detection", st.detection.clone()),
         item("faults", title(s).faults),
         item("workload", st.workload.clone()),
+        item("costs", st.calibration.clone().unwrap_or_else(|| "the workload's own".into())),
         item("cluster backend", st.cluster.clone()),
         item("routed by", st.via_proxy.clone().unwrap_or_else(|| "plbbench's own clients (no proxy)".into())),
     ]);

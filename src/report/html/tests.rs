@@ -125,6 +125,7 @@ fn synthetic(partial: bool, workload: &str) -> (Summary, RunMetrics) {
             mix: "25:75".into(),
             clients: 100,
             load: None,
+            calibration: None,
             replicas: 5,
             reference: "2,1,2".into(),
             split: "3:2".into(),
