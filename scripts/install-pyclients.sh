@@ -23,6 +23,12 @@ if [[ -x $VENV/bin/python ]] && [[ "$("$VENV/bin/python" -c 'import psycopg, psy
     echo "install-pyclients: $VENV has psycopg 3.3.9, psycopg-pool 3.3.3, asyncpg 0.32.0"
     exit 0
 fi
+if ! "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    # Debian's python3 has venv's pip bootstrap in a package of its own.
+    command -v apt-get >/dev/null 2>&1 && [[ $(id -u) -eq 0 ]] \
+        || { echo "install-pyclients: $PY cannot make a virtual environment: install python3-venv" >&2; exit 1; }
+    quiet_apt install-pyclients python3-venv
+fi
 quiet_step install-pyclients "creating $VENV ($("$PY" --version 2>&1))" "$PY" -m venv --clear "$VENV"
 quiet_step install-pyclients "installing ${PINS[*]} from PyPI (log: $QUIET_LOG)" \
     "$VENV/bin/python" -m pip install --disable-pip-version-check --no-cache-dir "${PINS[@]}"
