@@ -1046,5 +1046,5 @@ fn pgjdbc_tls(c: &Cluster, p: &Proxy) {
     assert!(err.contains(&format!("the connection to replica {victim} was lost")), "{err}");
     assert!(ms < 10_000, "pgjdbc's error came {ms} ms after the kill");
     let survivor = &ports[if victim == "r1" { 1 } else { 0 }];
-    assert_eq!(words.get(6..), Some(&["reconnected", survivor.as_str()][..]), "{said}");
+    assert_eq!(words.get(7..), Some(&["reconnected", survivor.as_str()][..]), "{said}");
 }
