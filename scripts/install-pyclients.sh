@@ -5,7 +5,8 @@
 # at target/pyclients with psycopg 3 (binary wheel, its own libpq),
 # psycopg-pool and asyncpg, pinned below, from PyPI. The test fails when
 # the environment is missing, unless PLBBENCH_PYCLIENTS=0 is set.
-# Idempotent: an environment that already has these versions is kept.
+# Idempotent: an environment that already has these versions is kept
+# (`cargo clean` removes it with target/; run this again after one).
 # PLBBENCH_PYCLIENTS=0 skips this script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
