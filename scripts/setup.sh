@@ -4,7 +4,9 @@
 # binary, Debian's headless Chromium for the report browser check
 # (tests/browser.rs; PLBBENCH_CHROMIUM=0 skips it) and Debian's Prometheus
 # for the live metrics check (tests/live_metrics.rs), a JDK and Debian's
-# pgjdbc for the proxy's pgjdbc check (tests/proxy_real.rs; PLBBENCH_JDBC=0
+# pgjdbc for the proxy's pgjdbc checks (tests/proxy_real.rs; PLBBENCH_JDBC=0
+# skips it), and a Python virtual environment with psycopg 3 and asyncpg
+# for the proxy's Python check (target/pyclients; PLBBENCH_PYCLIENTS=0
 # skips it). Idempotent: what is
 # already there is left alone. One line per step: apt's and cargo's output
 # go to target/setup.log (scripts/lib/quiet.sh), whose last lines are
@@ -17,6 +19,7 @@ source scripts/lib/quiet.sh
 bash scripts/install-postgres.sh
 bash scripts/install-prometheus.sh
 bash scripts/install-jdbc.sh
+bash scripts/install-pyclients.sh
 if [[ "${PLBBENCH_CHROMIUM:-1}" == 1 ]]; then
     bash scripts/install-chromium.sh
 fi

@@ -258,7 +258,9 @@ fn the_late_class_readers_never_panic_nor_overread() {
     let mut runner = fixed_runner();
     runner
         .run(&(first_statements(), packet_bytes()), |(sql, bytes)| {
-            let _ = late_class::said(&sql);
+            if let late_class::Said::AppName(_) = late_class::said(&sql) {
+                prop_assert!(late_class::may_be_set(sql.as_bytes()), "may_be_set misses {sql:?}");
+            }
             let _ = late_class::sql_of(b'Q', &bytes);
             let _ = late_class::sql_of(b'P', &bytes);
             if let Some(Some((used, _))) = late_class::set_batch_answered(&bytes) {

@@ -413,33 +413,46 @@ fn late_naming(c: &Cluster, p: &Proxy) {
     pgjdbc(c, p, &roles);
 }
 
-/// pgjdbc with its default settings and ApplicationName=premium-web lands
-/// on a Premium replica (tests/java/LateName.java, compiled now). The setup
-/// installs javac and Debian's pgjdbc (scripts/install-jdbc.sh), so their
-/// absence fails the test, unless PLBBENCH_JDBC=0 said to go without them.
-fn pgjdbc(c: &Cluster, p: &Proxy, roles: &[char]) {
+/// Compiles tests/java/*.java against Debian's pgjdbc into the cluster's
+/// folder: the class path to run them with. The setup installs javac and
+/// pgjdbc (scripts/install-jdbc.sh), so their absence fails the test,
+/// unless PLBBENCH_JDBC=0 said to go without them (then `None`).
+fn java_classes(c: &Cluster) -> Option<String> {
     let jar = Path::new("/usr/share/java/postgresql.jar");
     let javac = Command::new("javac").arg("-version").output().is_ok_and(|o| o.status.success());
     if !javac || !jar.exists() {
         let why = format!("no javac or {} (run scripts/install-jdbc.sh)", jar.display());
         if std::env::var("PLBBENCH_JDBC").as_deref() == Ok("0") {
             eprintln!("SKIPPING the pgjdbc check: {why}, and PLBBENCH_JDBC=0 is set");
-            return;
+            return None;
         }
         panic!("pgjdbc check: {why}, or set PLBBENCH_JDBC=0");
     }
     let classes = c.root.join("java");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/java/LateName.java");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/java");
     let mut compile = Command::new("javac");
-    compile.arg("-cp").arg(jar).arg("-d").arg(&classes).arg(&src);
+    compile.arg("-cp").arg(jar).arg("-d").arg(&classes).arg(src.join("LateName.java")).arg(src.join("KillCheck.java"));
     let out = run_within(compile, Duration::from_secs(120));
     assert!(out.status.success(), "javac: {}", text(&out.stderr));
+    Some(format!("{}:{}", jar.display(), classes.display()))
+}
+
+/// Runs a class of tests/java/ with `args`; its stdout, after checking it
+/// succeeded within 60 s.
+fn java(classpath: &str, class: &str, args: &[&str]) -> String {
     let mut java = Command::new("java");
-    java.arg("-cp").arg(format!("{}:{}", jar.display(), classes.display())).arg("LateName");
-    java.args([&format!("jdbc:postgresql://127.0.0.1:{}/plbbench", p.port), "alice", PASSWORD, "premium-web"]);
+    java.args(["-cp", classpath, class]).args(args);
     let out = run_within(java, Duration::from_secs(60));
-    assert!(out.status.success(), "pgjdbc through the proxy: {}", text(&out.stderr));
-    let said = text(&out.stdout);
+    assert!(out.status.success(), "{class} through the proxy: {}{}", text(&out.stdout), text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// pgjdbc with its default settings and ApplicationName=premium-web lands
+/// on a Premium replica (tests/java/LateName.java, compiled now).
+fn pgjdbc(c: &Cluster, p: &Proxy, roles: &[char]) {
+    let Some(classpath) = java_classes(c) else { return };
+    let url = format!("jdbc:postgresql://127.0.0.1:{}/plbbench", p.port);
+    let said = java(&classpath, "LateName", &[&url, "alice", PASSWORD, "premium-web"]);
     let fields: Vec<&str> = said.split_whitespace().collect();
     assert_eq!(fields.get(1..), Some(&["premium-web", "3"][..]), "{said}");
     assert_eq!(role_of_port(c, roles, fields[0]), 'P', "pgjdbc named premium-web landed on port {}", fields[0]);
@@ -850,6 +863,62 @@ fn a_proxy_without_config_serves_loopback_only() {
     assert_eq!((routed("premium"), routed("freemium")), (Some(1.0), Some(2.0)), "{m:?}");
 }
 
+/// The Python environment scripts/install-pyclients.sh makes (psycopg 3,
+/// psycopg-pool, asyncpg): its interpreter, or `None` when it is missing
+/// and PLBBENCH_PYCLIENTS=0 said to go without it (a missing environment
+/// fails the test otherwise).
+fn pyclients() -> Option<PathBuf> {
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/pyclients/bin/python");
+    let found = Command::new(&python)
+        .args(["-c", "import psycopg, psycopg_pool, asyncpg"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return Some(python);
+    }
+    let why = format!("{} cannot import psycopg, psycopg_pool and asyncpg", python.display());
+    if std::env::var("PLBBENCH_PYCLIENTS").as_deref() == Ok("0") {
+        eprintln!("SKIPPING the Python clients check: {why}, and PLBBENCH_PYCLIENTS=0 is set");
+        return None;
+    }
+    panic!("Python clients check: {why}: run scripts/install-pyclients.sh, or set PLBBENCH_PYCLIENTS=0");
+}
+
+/// psycopg 3 and asyncpg through the proxy against a five-replica cluster,
+/// logging in with SCRAM from the users file (tests/python/clients.py, whose
+/// checks are listed in its header): named prepared statements, COPY in and
+/// out, server-side cursors, cancels (statement_timeout and CancelRequests
+/// through the proxy), LISTEN/NOTIFY, asyncpg naming itself late, a
+/// Premium and a Freemium pool at once with every query on its class's role
+/// (roles from the proxy's metrics, each query's replica from
+/// inet_server_port()), and a Freemium replica killed under both drivers
+/// (08006 within seconds, reconnects on survivors).
+#[test]
+fn python_clients_through_the_proxy() {
+    if !have_postgres() {
+        return;
+    }
+    let Some(python) = pyclients() else { return };
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::up();
+    std::fs::write(c.root.join("users.txt"), format!("\"alice\" \"{PASSWORD}\"\n")).unwrap();
+    let config = c.root.join("proxy.toml");
+    std::fs::write(&config, "users_file = \"users.txt\"\n[class]\nparam = \"application_name\"\n").unwrap();
+    let p = Proxy::start(&c, &config);
+    let ports: Vec<String> = c.ports.iter().map(u16::to_string).collect();
+    let mut cmd = Command::new(python);
+    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/clients.py"))
+        .args(["--port", &p.port.to_string(), "--metrics-port", &p.metrics.to_string()])
+        .args(["--user", "alice", "--password", PASSWORD, "--replicas", &ports.join(",")])
+        .args(["--cluster-password", &c.password, "--plbbench", BIN])
+        .env("PLBBENCH_STATE_DIR", c.root.join("local"));
+    let out = run_within(cmd, Duration::from_secs(180));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    eprintln!("{stdout}");
+    assert!(out.status.success() && stdout.contains("all checks passed"), "clients.py: {stdout}\n{stderr}");
+    assert!(!p.stderr().contains(PASSWORD), "a secret in the proxy's log");
+}
+
 /// Makes a test CA and a certificate for 127.0.0.1 signed by it in `dir`
 /// with openssl: ca.pem, server.pem, server.key.
 fn test_ca(dir: &Path) {
@@ -879,10 +948,15 @@ fn test_ca(dir: &Path) {
     openssl(&[&sign[..], &["-days", "2", "-extfile", "ext.cnf", "-out", "server.pem"]].concat());
 }
 
-/// `[tls] mode = "require"`: psql with `sslmode=verify-full` and the test
-/// CA is served (so the proxy spoke TLS with a certificate for 127.0.0.1),
-/// a plain-text login gets a FATAL that says why, and a key file that
-/// cannot be read stops the proxy with one line, exit 2.
+/// `[tls] mode = "require"` over two replicas: psql with
+/// `sslmode=verify-full` and the test CA is served (so the proxy spoke TLS
+/// with a certificate for 127.0.0.1), a plain-text login gets a FATAL that
+/// says why, and a key file that cannot be read stops the proxy with one
+/// line, exit 2. pgjdbc with `ssl=true&sslmode=verify-full` and the test
+/// CA: with its default settings (its class arrives late, over TLS) it is
+/// served, and a replica killed under its session gives SQLSTATE 08006
+/// within seconds while a reconnect lands on the survivor
+/// (tests/java/KillCheck.java).
 #[test]
 fn tls_to_clients() {
     if !have_postgres() {
@@ -891,7 +965,7 @@ fn tls_to_clients() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let openssl = Command::new("openssl").arg("version").output().is_ok_and(|o| o.status.success());
     assert!(openssl, "openssl not found");
-    let c = Cluster::up_with(1);
+    let c = Cluster::up_with(2);
     test_ca(&c.root);
     let config = c.root.join("tls.toml");
     let write = |key: &str| {
@@ -899,8 +973,17 @@ fn tls_to_clients() {
         std::fs::write(&config, tls).unwrap();
     };
     let args = |port: u16| {
-        let mut cmd = c.plbbench(&["proxy", "--config", config.to_str().unwrap(), "--replicas", "1"]);
-        cmd.args(["--strategy", "rr", "--T", "10", "--listen", &format!("127.0.0.1:{port}")]);
+        let mut cmd = c.plbbench(&["proxy", "--config", config.to_str().unwrap(), "--replicas", "2"]);
+        cmd.args([
+            "--strategy",
+            "rr",
+            "--T",
+            "10",
+            "--probe-interval-ms",
+            "500",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ]);
         cmd
     };
     write("missing.key");
@@ -931,5 +1014,37 @@ fn tls_to_clients() {
     assert!(ok && rows == "42", "TLS login: {rows} {err}");
     let (ok, _, err) = psql("disable");
     assert!(!ok && err.contains("accepts TLS connections only"), "{err}");
+    pgjdbc_tls(&c, &p);
     drop(p);
+}
+
+/// pgjdbc through the TLS proxy with `sslmode=verify-full` against the
+/// test CA: LateName (class named late, over TLS), then KillCheck (a
+/// replica killed under the session: 08006, a reconnect on the survivor).
+fn pgjdbc_tls(c: &Cluster, p: &Proxy) {
+    let Some(classpath) = java_classes(c) else { return };
+    let ca = c.root.join("ca.pem");
+    let url = format!(
+        "jdbc:postgresql://127.0.0.1:{}/plbbench?ssl=true&sslmode=verify-full&sslrootcert={}",
+        p.port,
+        ca.display()
+    );
+    let said = java(&classpath, "LateName", &[&url, "plbbench", "", "premium-jdbc-tls"]);
+    let fields: Vec<&str> = said.split_whitespace().collect();
+    assert_eq!(fields.get(1..), Some(&["premium-jdbc-tls", "3"][..]), "{said}");
+    let ports: Vec<String> = c.ports.iter().map(u16::to_string).collect();
+    assert!(ports.iter().any(|x| x == fields[0]), "pgjdbc over TLS on port {}: {said}", fields[0]);
+    let mut kill = Command::new("java");
+    kill.args(["-cp", &classpath, "KillCheck", &url, "plbbench", "", "free-jdbc-kill", BIN, &ports.join(",")])
+        .env("PLBBENCH_STATE_DIR", c.root.join("local"));
+    let out = run_within(kill, Duration::from_secs(60));
+    let (said, err) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "KillCheck: {said}{err}");
+    let words: Vec<&str> = said.split_whitespace().collect();
+    let (victim, state, ms) = (words[1], words[3], words[5].parse::<u64>().unwrap());
+    assert_eq!(state, "08006", "pgjdbc's SQLSTATE when {victim} was killed: {said}{err}");
+    assert!(err.contains(&format!("the connection to replica {victim} was lost")), "{err}");
+    assert!(ms < 10_000, "pgjdbc's error came {ms} ms after the kill");
+    let survivor = &ports[if victim == "r1" { 1 } else { 0 }];
+    assert_eq!(words.get(7..), Some(&["reconnected", survivor.as_str()][..]), "{said}");
 }

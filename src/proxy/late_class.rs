@@ -6,6 +6,8 @@
 //! first statements. Pure: what a client's first messages say, and the
 //! messages the proxy answers with while no server is chosen yet.
 
+use std::borrow::Cow;
+
 /// What a client's statement says, for routing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Said {
@@ -28,15 +30,31 @@ pub fn message_len(buf: &[u8]) -> Option<(u8, usize)> {
 }
 
 /// The SQL a Query (`Q`) or Parse (`P`) message carries (up to its first
-/// NUL or the end of `body`, which may be a prefix of the message's body).
-pub fn sql_of(tag: u8, body: &[u8]) -> Option<String> {
+/// NUL or the end of `body`, which may be a prefix of the message's body);
+/// borrowed unless it is not UTF-8.
+pub fn sql_of(tag: u8, body: &[u8]) -> Option<Cow<'_, str>> {
     let sql = match tag {
         b'Q' => body,
         b'P' => &body[body.iter().position(|&b| b == 0)? + 1..],
         _ => return None,
     };
     let end = sql.iter().position(|&b| b == 0).unwrap_or(sql.len());
-    Some(String::from_utf8_lossy(&sql[..end]).into_owned())
+    Some(String::from_utf8_lossy(&sql[..end]))
+}
+
+/// Whether `bytes` (a message body, or the start of one) may hold a `SET
+/// application_name`: `false` only when [`said`] cannot find one in any SQL
+/// they carry, as neither `set` nor `application_name` occurs in them (in
+/// any ASCII case; the server folds only ASCII). A cheap test without
+/// allocating, so that a routed session's relay parses only the rare
+/// statement that may rename it.
+pub fn may_be_set(bytes: &[u8]) -> bool {
+    contains_ignore_case(bytes, b"set") && contains_ignore_case(bytes, b"application_name")
+}
+
+/// Whether `needle` (lower-case ASCII) occurs in `hay` in any ASCII case.
+fn contains_ignore_case(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w.eq_ignore_ascii_case(needle))
 }
 
 /// What `sql` says (see [`Said`]): `SET application_name` in any case,
@@ -325,6 +343,25 @@ mod tests {
         assert_eq!(said("SET application_name 'a'"), Said::Other);
         assert_eq!(said("SELECT 1"), Said::Other);
         assert_eq!(said("SETapplication_name = 'a'"), Said::Other);
+    }
+
+    #[test]
+    fn may_be_set_lets_through_every_set_application_name_and_little_else() {
+        for sql in [
+            "SET application_name = 'premium-web'",
+            "set APPLICATION_NAME to 'premium-web';",
+            "  /* c */ Set Session application_name='premium-web'; SELECT 1",
+            "SET \"application_name\" = E'premium-web'",
+            "sEt aPPlication_NAME TO x",
+        ] {
+            assert!(matches!(said(sql), Said::AppName(_)), "{sql}");
+            assert!(may_be_set(sql.as_bytes()), "{sql}");
+        }
+        for sql in ["SELECT 1", "BEGIN", "SET extra_float_digits = 3", "SELECT application_name FROM t", "", "se"] {
+            assert!(!may_be_set(sql.as_bytes()), "{sql}");
+            assert!(!matches!(said(sql), Said::AppName(_)), "{sql}");
+        }
+        assert!(may_be_set(b"s1\0SET application_name = 'a'\0\0\0"), "a Parse's body");
     }
 
     #[test]

@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# The CPU and system calls `plbbench proxy` spends per relayed transaction,
+# beside PgBouncer's (docs/performance.md, "The proxy's own cost"). A
+# one-replica plbbench local cluster (`plbbench cluster up --replicas 1` in
+# a private state directory, `cluster down` on exit) loaded with `pgbench -i
+# -s SCALE`; in front of it `plbbench proxy` (no config: trust on loopback,
+# rr) and Debian's PgBouncer in session mode (a temporary config on
+# 127.0.0.1, stopped on exit). For each client count, ROUNDS rounds of
+# `pgbench -n -S -c N -j 2 -T SECONDS` through each, the order alternating
+# each round. Around each pgbench run the middleman's CPU is read from
+# /proc/PID/stat (user + system, whole process) and its system calls are
+# counted by `perf stat -e raw_syscalls:sys_enter -p PID` when perf works
+# here; else by `strace -c -f -p PID` in a separate run of the same length
+# (strace slows the process, so its CPU is not taken from that run); else
+# they are "not measured". Both are divided by the transactions pgbench
+# completed. Prints a markdown table (tool, clients, round, tps, CPU us/txn,
+# syscalls/txn), then per client count the medians and plbbench's ratios to
+# PgBouncer's.
+#
+# Usage: scripts/proxy-cost.sh [ROUNDS (3)] [SECONDS (10)] [SCALE (10)] [CLIENTS ("16 64")]
+# Bounded: every pgbench run is killed 60 s past SECONDS. Run as root or as
+# a user that may run `plbbench cluster up`; as root, PgBouncer runs as the
+# `postgres` user (it refuses root).
+set -euo pipefail
+shopt -s inherit_errexit
+cd "$(dirname "$0")/.."
+rounds=${1:-3}
+secs=${2:-10}
+scale=${3:-10}
+clients_list=${4:-16 64}
+name=proxy-cost
+
+die() { printf '%s: error: %s\n' "$name" "$*" >&2; exit 1; }
+log() { printf '%s: %s\n' "$name" "$*" >&2; }
+
+bin=${PLBBENCH_BIN:-$PWD/target/release/plbbench}
+[[ -x $bin ]] || die "$bin not found: cargo build --release (or set PLBBENCH_BIN)"
+pgbench=$(command -v pgbench || ls -d /usr/lib/postgresql/*/bin/pgbench 2>/dev/null | sort -V | tail -1 || true)
+[[ -n $pgbench && -x $pgbench ]] || die "pgbench not found: run scripts/install-postgres.sh"
+pgbouncer=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
+[[ -x $pgbouncer ]] || die "pgbouncer not found: run scripts/install-pgbouncer.sh"
+tick=$(getconf CLK_TCK)
+
+work=$(mktemp -d "/tmp/plbbench-$name.XXXXXX")
+chmod 755 "$work"
+export PLBBENCH_STATE_DIR=$work/state
+as_pg=()
+if [[ $(id -u) -eq 0 ]]; then
+    id postgres >/dev/null 2>&1 || die "running as root but there is no postgres user to run PgBouncer"
+    as_pg=(runuser -u postgres --)
+fi
+proxy_pid=
+cleanup() {
+    if [[ -s $work/pgbouncer.pid ]]; then
+        kill -TERM "$(cat "$work/pgbouncer.pid")" 2>/dev/null || true
+    fi
+    if [[ -n $proxy_pid ]]; then
+        kill -INT "$proxy_pid" 2>/dev/null || true
+        wait "$proxy_pid" 2>/dev/null || true
+    fi
+    "$bin" cluster down >/dev/null 2>&1 || log "cluster down failed: see $work"
+    for _ in $(seq 50); do
+        [[ -s $work/pgbouncer.pid ]] && kill -0 "$(cat "$work/pgbouncer.pid")" 2>/dev/null || break
+        sleep 0.1
+    done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+log "plbbench cluster up --replicas 1"
+"$bin" cluster up --replicas 1 >"$work/cluster.out" 2>"$work/cluster.err" || { cat "$work/cluster.err" >&2; die "cluster up failed"; }
+dsn=$(grep -m1 '^host=' "$work/cluster.out") || die "cluster up printed no DSN: $(cat "$work/cluster.out")"
+port=$(sed -n 's/.* port=\([0-9]*\).*/\1/p' <<<"$dsn")
+password=$(sed -n 's/.* password=\([^ ]*\).*/\1/p' <<<"$dsn")
+log "pgbench -i -s $scale on r1 (127.0.0.1:$port)"
+PGPASSWORD=$password "$pgbench" -i -q -s "$scale" -h 127.0.0.1 -p "$port" -U plbbench plbbench >"$work/init.log" 2>&1 \
+    || { cat "$work/init.log" >&2; die "pgbench -i failed"; }
+
+proxy_port=$(free_port)
+log "plbbench proxy on 127.0.0.1:$proxy_port"
+"$bin" proxy --replicas 1 --strategy rr --T 64 --listen "127.0.0.1:$proxy_port" >"$work/proxy.out" 2>"$work/proxy.err" &
+proxy_pid=$!
+
+bouncer_port=$(free_port)
+cat >"$work/pgbouncer.ini" <<CFG
+[databases]
+plbbench = host=127.0.0.1 port=$port dbname=plbbench user=plbbench password=$password
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $bouncer_port
+unix_socket_dir =
+auth_type = trust
+auth_file = $work/userlist.txt
+pool_mode = session
+max_client_conn = 200
+default_pool_size = 100
+logfile = $work/pgbouncer.log
+pidfile = $work/pgbouncer.pid
+CFG
+echo '"plbbench" ""' >"$work/userlist.txt"
+chmod 600 "$work/pgbouncer.ini"
+[[ ${#as_pg[@]} -gt 0 ]] && chown postgres: "$work" "$work/pgbouncer.ini" "$work/userlist.txt"
+log "$("$pgbouncer" --version | head -1) on 127.0.0.1:$bouncer_port, session mode"
+"${as_pg[@]}" "$pgbouncer" -d "$work/pgbouncer.ini" >/dev/null 2>&1 || die "pgbouncer did not start: $(tail -3 "$work/pgbouncer.log")"
+
+for p in "$proxy_port" "$bouncer_port"; do
+    for _ in $(seq 150); do
+        "$pgbench" -n -S -c 1 -t 1 -h 127.0.0.1 -p "$p" -U plbbench plbbench >/dev/null 2>&1 && break
+        sleep 0.2
+    done
+    "$pgbench" -n -S -c 1 -t 1 -h 127.0.0.1 -p "$p" -U plbbench plbbench >/dev/null 2>&1 \
+        || { cat "$work/proxy.err" >&2; die "nothing answers on port $p"; }
+done
+bouncer_pid=$(cat "$work/pgbouncer.pid")
+
+syscalls_by=none
+if perf stat -e raw_syscalls:sys_enter -x, -o "$work/perf.probe" -p "$proxy_pid" -- sleep 0.2 >/dev/null 2>&1 \
+    && grep -q '^[0-9]' "$work/perf.probe"; then
+    syscalls_by=perf
+elif command -v strace >/dev/null 2>&1; then
+    syscalls_by=strace
+fi
+log "system calls counted by: $syscalls_by"
+
+# cpu_ticks PID: user + system clock ticks of the whole process so far.
+cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
+
+# bench PORT N: runs pgbench; prints "tps transactions".
+bench() {
+    local out
+    out=$(timeout $((secs + 60)) "$pgbench" -n -S -c "$2" -j 2 -T "$secs" -h 127.0.0.1 -p "$1" -U plbbench plbbench 2>&1) \
+        || die "pgbench on port $1 with $2 clients failed: $(tail -3 <<<"$out")"
+    local tps txns
+    tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | tail -1)
+    txns=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
+    [[ -n $tps && -n $txns && $txns -gt 0 ]] || die "pgbench on port $1 printed no tps: $out"
+    echo "$tps $txns"
+}
+
+# measure PID PORT N: "tps cpu_us_per_txn syscalls_per_txn" for one run.
+measure() {
+    local pid=$1 before after run tps txns calls= txns_for_calls=
+    before=$(cpu_ticks "$pid")
+    if [[ $syscalls_by == perf ]]; then
+        perf stat -e raw_syscalls:sys_enter -x, -o "$work/perf.txt" -p "$pid" >/dev/null 2>&1 &
+        local perf_pid=$!
+        sleep 0.1
+        run=$(bench "$2" "$3")
+        kill -INT "$perf_pid"
+        wait "$perf_pid" 2>/dev/null || true
+        calls=$(awk -F, '/raw_syscalls:sys_enter/ {print $1}' "$work/perf.txt")
+    else
+        run=$(bench "$2" "$3")
+    fi
+    after=$(cpu_ticks "$pid")
+    read -r tps txns <<<"$run"
+    if [[ $syscalls_by == strace ]]; then
+        # A second run under strace, for the calls only.
+        timeout $((secs + 30)) strace -c -f -q -p "$pid" -o "$work/strace.txt" >/dev/null 2>&1 &
+        local strace_pid=$!
+        sleep 0.5
+        run=$(bench "$2" "$3")
+        kill -INT "$strace_pid" 2>/dev/null || true
+        wait "$strace_pid" 2>/dev/null || true
+        calls=$(awk '$NF == "total" {print $(NF-2)}' "$work/strace.txt")
+        txns_for_calls=${run#* }
+    fi
+    local cpu_us per_call="not measured"
+    cpu_us=$(echo "($after - $before) * 1000000 / $tick / $txns" | bc -l)
+    if [[ -n $calls && $calls =~ ^[0-9]+$ ]]; then
+        per_call=$(echo "$calls / ${txns_for_calls:-$txns}" | bc -l)
+    fi
+    echo "$tps $cpu_us $per_call"
+}
+median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+fmt() { [[ $1 =~ ^[0-9.]+$ ]] && printf "%.${2}f" "$1" || printf '%s' "$1"; }
+
+declare -A pid_of=([plbbench-proxy]=$proxy_pid [pgbouncer]=$bouncer_pid)
+declare -A port_of=([plbbench-proxy]=$proxy_port [pgbouncer]=$bouncer_port)
+declare -A tps_all=() cpu_all=() calls_all=()
+echo "| tool | clients | round | tps | CPU us/txn | syscalls/txn |"
+echo "| --- | --- | --- | --- | --- | --- |"
+for n in $clients_list; do
+    for i in $(seq "$rounds"); do
+        if (( i % 2 )); then order=(plbbench-proxy pgbouncer); else order=(pgbouncer plbbench-proxy); fi
+        for t in "${order[@]}"; do
+            got=$(measure "${pid_of[$t]}" "${port_of[$t]}" "$n")
+            read -r tps cpu calls <<<"$got"
+            printf '| %s | %d | %d | %.0f | %.2f | %s |\n' "$t" "$n" "$i" "$tps" "$cpu" "$(fmt "$calls" 2)"
+            tps_all[$t,$n]+="$tps "
+            cpu_all[$t,$n]+="$cpu "
+            [[ $calls =~ ^[0-9.]+$ ]] && calls_all[$t,$n]+="$calls "
+        done
+    done
+done
+med() { tr ' ' '\n' <<<"${1:-}" | grep . | median; }
+ratio() { [[ $1 =~ ^[0-9.]+$ && $2 =~ ^[0-9.]+$ ]] && printf '%.2f' "$(echo "$1 / $2" | bc -l)" || printf 'not measured'; }
+echo
+echo "| clients | tps (plbbench / PgBouncer) | CPU us/txn plbbench | PgBouncer | ratio | syscalls/txn plbbench | PgBouncer | ratio |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+for n in $clients_list; do
+    tp=$(med "${tps_all[plbbench-proxy,$n]}") tb=$(med "${tps_all[pgbouncer,$n]}")
+    cp=$(med "${cpu_all[plbbench-proxy,$n]}") cb=$(med "${cpu_all[pgbouncer,$n]}")
+    sp=$(med "${calls_all[plbbench-proxy,$n]:-}") sb=$(med "${calls_all[pgbouncer,$n]:-}")
+    [[ $sp == nan ]] && sp="not measured"
+    [[ $sb == nan ]] && sb="not measured"
+    printf '| %d | %.0f / %.0f = %s | %.2f | %.2f | %s | %s | %s | %s |\n' "$n" "$tp" "$tb" "$(ratio "$tp" "$tb")" \
+        "$cp" "$cb" "$(ratio "$cp" "$cb")" "$(fmt "$sp" 2)" "$(fmt "$sb" 2)" "$(ratio "$sp" "$sb")"
+done
+echo
+echo "medians over $rounds rounds of pgbench -n -S -j 2 -T $secs (scale $scale) per cell; system calls by $syscalls_by;" \
+    "$(nproc) cores, 1-min load $(cut -d ' ' -f 1 /proc/loadavg) at the end"
