@@ -24,6 +24,8 @@
 set -euo pipefail
 shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
+# shellcheck source=lib/pgbouncer.sh
+source scripts/lib/pgbouncer.sh
 rounds=${1:-3}
 secs=${2:-10}
 scale=${3:-10}
@@ -86,26 +88,7 @@ log "plbbench proxy on 127.0.0.1:$proxy_port"
 proxy_pid=$!
 
 bouncer_port=$(free_port)
-cat >"$work/pgbouncer.ini" <<CFG
-[databases]
-plbbench = host=127.0.0.1 port=$port dbname=plbbench user=plbbench password=$password
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = $bouncer_port
-unix_socket_dir =
-auth_type = trust
-auth_file = $work/userlist.txt
-pool_mode = session
-max_client_conn = 200
-default_pool_size = 100
-logfile = $work/pgbouncer.log
-pidfile = $work/pgbouncer.pid
-CFG
-echo '"plbbench" ""' >"$work/userlist.txt"
-chmod 600 "$work/pgbouncer.ini"
-[[ ${#as_pg[@]} -gt 0 ]] && chown postgres: "$work" "$work/pgbouncer.ini" "$work/userlist.txt"
-log "$("$pgbouncer" --version | head -1) on 127.0.0.1:$bouncer_port, session mode"
-"${as_pg[@]}" "$pgbouncer" -d "$work/pgbouncer.ini" >/dev/null 2>&1 || die "pgbouncer did not start: $(tail -3 "$work/pgbouncer.log")"
+start_pgbouncer "$work" "$bouncer_port" "plbbench = host=127.0.0.1 port=$port dbname=plbbench user=plbbench password=$password" plbbench
 
 for p in "$proxy_port" "$bouncer_port"; do
     for _ in $(seq 150); do
