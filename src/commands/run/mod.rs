@@ -181,7 +181,7 @@ pub fn conclude(
     started: chrono::DateTime<chrono::Utc>,
     clock: Instant,
 ) -> Result<RunOutput, Error> {
-    let metrics = collector.finish(&|p, r| plan.up_during(p, r), outcome.in_flight);
+    let metrics = collector.finish(&plan.up_during_fn(), outcome.in_flight);
     metrics.check_accounting().map_err(|e| Error::Run(e.into()))?;
     let summary = summarise(plan, &metrics, outcome, started, clock.elapsed().as_secs_f64());
     let html = crate::report::html::render(&summary, &metrics).context("rendering report.html")?;
