@@ -25,6 +25,7 @@ use std::time::Instant;
 pub mod args;
 mod dry_run;
 pub mod launch;
+mod memory;
 pub mod plan;
 mod stream;
 pub mod via_proxy;
@@ -157,6 +158,7 @@ pub struct RunOutput {
 
 /// Runs `plan` and writes its folder; returns what was written.
 pub fn execute(plan: &Plan) -> Result<RunOutput, Error> {
+    memory::check(plan, memory::available())?;
     let started = chrono::Utc::now();
     let clock = Instant::now();
     let mut collector = Collector::new(plan.phases.clone(), plan.replicas, plan.cpus, plan.raw);
