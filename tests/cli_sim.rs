@@ -760,7 +760,10 @@ fn connect_latency_delays_the_first_query_and_costs_no_cpu() {
 fn a_run_that_cannot_fit_in_memory_is_refused_before_it_starts() {
     let dir = tmp("too-big");
     let out = dir.to_str().unwrap();
-    refused(&["run", "--cluster", "sim", "--quiet", "--out", out, "--T", "4000000000"], "memory: this run would need about");
+    refused(
+        &["run", "--cluster", "sim", "--quiet", "--out", out, "--T", "4000000000"],
+        "memory: this run would need about",
+    );
     assert!(!dir.exists());
 }
 
@@ -771,7 +774,7 @@ fn a_run_that_cannot_fit_in_memory_is_refused_before_it_starts() {
 #[test]
 fn a_fleet_writes_per_role_distributions_instead_of_per_replica_rows() {
     let (fleet, small) = (tmp("fleet"), tmp("fleet-50"));
-    let common = ["--workload", "analytics", "--T", "2000", "--duration", "60s"];
+    let common = ["--workload", "analytics", "--T", "2000", "--duration", "60s", "--checks", "warn"];
     for (dir, k) in [(&fleet, "51"), (&small, "50")] {
         let out = sim_run(dir, &[&common[..], &["--replicas", k]].concat());
         assert!(out.status.success(), "{}", text(&out.stderr));
@@ -780,10 +783,7 @@ fn a_fleet_writes_per_role_distributions_instead_of_per_replica_rows() {
     assert!(fleet.join("roles.csv").is_file() && !fleet.join("replicas.csv").exists());
     let roles = std::fs::read_to_string(fleet.join("roles.csv")).unwrap();
     let mut lines = roles.lines();
-    assert_eq!(
-        lines.next(),
-        Some("t_s,role,replicas,cpu_p50,cpu_p95,cpu_max,sessions_p50,sessions_p95,sessions_max")
-    );
+    assert_eq!(lines.next(), Some("t_s,role,replicas,cpu_p50,cpu_p95,cpu_max,sessions_p50,sessions_p95,sessions_max"));
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     assert!(rows.len() >= 3 * 60, "a row per role and sample: {}", rows.len());
     for sample in rows.chunks(3) {
@@ -796,7 +796,10 @@ fn a_fleet_writes_per_role_distributions_instead_of_per_replica_rows() {
         }
     }
     let html = std::fs::read_to_string(fleet.join("report.html")).unwrap();
-    assert!(html.contains("This run has 51 replicas, more than the 50"), "the report says why its CPU chart is per role");
+    assert!(
+        html.contains("This run has 51 replicas, more than the 50"),
+        "the report says why its CPU chart is per role"
+    );
     for d in [fleet, small] {
         std::fs::remove_dir_all(d).unwrap();
     }

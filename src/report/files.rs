@@ -54,17 +54,8 @@ pub mod columns {
     /// replicas.csv
     pub const REPLICAS: &[&str] = &["t_s", "replica", "up", "role", "cpu_fraction", "active_p", "active_f"];
     /// roles.csv (above `FLEET_ROWS` replicas, in place of replicas.csv)
-    pub const ROLES: &[&str] = &[
-        "t_s",
-        "role",
-        "replicas",
-        "cpu_p50",
-        "cpu_p95",
-        "cpu_max",
-        "sessions_p50",
-        "sessions_p95",
-        "sessions_max",
-    ];
+    pub const ROLES: &[&str] =
+        &["t_s", "role", "replicas", "cpu_p50", "cpu_p95", "cpu_max", "sessions_p50", "sessions_p95", "sessions_max"];
     /// events.csv
     pub const EVENTS: &[&str] = &["t_s", "kind", "replica", "detail"];
     /// queries.csv

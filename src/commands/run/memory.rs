@@ -34,7 +34,11 @@ const FIXED: f64 = 64.0 * 1024.0 * 1024.0;
 pub fn estimate(clients: u32, replicas: usize, seconds: f64, raw_queries: Option<f64>) -> f64 {
     let (t, k) = (f64::from(clients), replicas as f64);
     let rows = if is_fleet(replicas) { 0.0 } else { PER_ROW * k * seconds };
-    FIXED + PER_CLIENT * t + PER_REPLICA * k + PER_REPLICA_SECOND * k * seconds + rows
+    FIXED
+        + PER_CLIENT * t
+        + PER_REPLICA * k
+        + PER_REPLICA_SECOND * k * seconds
+        + rows
         + raw_queries.map_or(0.0, |q| q * PER_RAW_ROW)
 }
 

@@ -98,9 +98,8 @@ mod tests {
 
     #[test]
     fn each_role_gets_nearest_rank_quantiles_of_its_up_replicas() {
-        let mut seen: Vec<Seen> = (1..=100)
-            .map(|i| Seen { role: Role::M, up: true, cpu: Some(f64::from(i) / 100.0), sessions: i })
-            .collect();
+        let mut seen: Vec<Seen> =
+            (1..=100).map(|i| Seen { role: Role::M, up: true, cpu: Some(f64::from(i) / 100.0), sessions: i }).collect();
         seen.push(Seen { role: Role::M, up: false, cpu: Some(9.0), sessions: 999 });
         seen.push(Seen { role: Role::P, up: true, cpu: None, sessions: 3 });
         let rows = role_rows(7.0, &seen);

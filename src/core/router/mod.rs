@@ -270,7 +270,8 @@ impl Router {
             .collect();
         let tau = (cfg.alpha * f64::from(cfg.theta)).floor() as u32;
         let index = Some(Index::new(k));
-        let mut router = Router { cfg, tau, replicas, cursors: [0; 3], changes: Vec::new(), premium_fell_back: false, index };
+        let mut router =
+            Router { cfg, tau, replicas, cursors: [0; 3], changes: Vec::new(), premium_fell_back: false, index };
         router.sync_all();
         router
     }
@@ -612,7 +613,11 @@ impl Router {
         match (&self.index, unborrowed) {
             (Some(x), false) => x.healthy(role),
             (Some(x), true) => x.unborrowed(role),
-            (None, _) => self.replicas.iter().filter(|r| r.healthy && r.role == role && (!unborrowed || r.home.is_none())).count(),
+            (None, _) => self
+                .replicas
+                .iter()
+                .filter(|r| r.healthy && r.role == role && (!unborrowed || r.home.is_none()))
+                .count(),
         }
     }
 
