@@ -196,6 +196,17 @@ struct Replica {
 }
 
 impl Replica {
+    /// What the index keeps of it (`tau`: the return level).
+    fn entry(&self, tau: u32) -> Entry {
+        let guest_ok = self.role == Role::P && self.home.is_none() && self.healthy && self.share[Class::F.idx()] >= 1.0;
+        Entry {
+            load: Class::ALL.map(|c| self.open(c).then(|| (self.role, ordered(self.weighted_load(c))))),
+            guest: guest_ok.then(|| self.cpu_with_one_more()).flatten().filter(|c| !c.is_nan()).map(ordered),
+            borrowed: self.home.is_some(),
+            healthy: self.healthy.then_some((self.role, self.home.is_none(), self.load() >= tau)),
+        }
+    }
+
     fn load(&self) -> u32 {
         self.active[0] + self.active[1]
     }
@@ -283,23 +294,10 @@ impl Router {
         Router { index: None, ..Router::new(cfg) }
     }
 
-    /// Replica `i` as the index keeps it.
-    fn entry(&self, i: usize) -> Entry {
-        let r = &self.replicas[i];
-        let guest_ok = r.role == Role::P && r.home.is_none() && r.healthy && r.share[Class::F.idx()] >= 1.0;
-        Entry {
-            load: Class::ALL.map(|c| r.open(c).then(|| (r.role, ordered(r.weighted_load(c))))),
-            guest: guest_ok.then(|| r.cpu_with_one_more()).flatten().filter(|c| !c.is_nan()).map(ordered),
-            borrowed: r.home.is_some(),
-            healthy: r.healthy.then_some((r.role, r.home.is_none(), r.load() >= self.tau)),
-        }
-    }
-
     /// Brings replica `i`'s index entries up to date after a change.
     fn sync(&mut self, i: usize) {
-        if self.index.is_some() {
-            let e = self.entry(i);
-            self.index.as_mut().expect("checked").update(i, e);
+        if let Some(x) = &mut self.index {
+            x.update(i, self.replicas[i].entry(self.tau));
         }
     }
 
