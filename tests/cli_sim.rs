@@ -804,3 +804,55 @@ fn a_calibration_resizes_the_pause_to_the_workloads_operating_point() {
     assert!(!dir.join("refused").exists(), "nothing written for a refused run");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// A run whose estimated memory exceeds what the machine has is refused
+/// before it starts, in one line naming the estimate, with status 2, and
+/// writes nothing.
+#[test]
+fn a_run_that_cannot_fit_in_memory_is_refused_before_it_starts() {
+    let dir = tmp("too-big");
+    let out = dir.to_str().unwrap();
+    refused(
+        &["run", "--cluster", "sim", "--quiet", "--out", out, "--T", "4000000000"],
+        "memory: this run would need about",
+    );
+    assert!(!dir.exists());
+}
+
+/// Above 50 replicas a run writes roles.csv (per role and sample, the
+/// replicas up and the p50, p95 and max of their CPU and sessions) in
+/// place of replicas.csv, and its report says so; at 50 it keeps
+/// per-replica rows.
+#[test]
+fn a_fleet_writes_per_role_distributions_instead_of_per_replica_rows() {
+    let (fleet, small) = (tmp("fleet"), tmp("fleet-50"));
+    let common = ["--workload", "analytics", "--T", "2000", "--duration", "60s", "--checks", "warn"];
+    for (dir, k) in [(&fleet, "51"), (&small, "50")] {
+        let out = sim_run(dir, &[&common[..], &["--replicas", k]].concat());
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    assert!(small.join("replicas.csv").is_file() && !small.join("roles.csv").exists());
+    assert!(fleet.join("roles.csv").is_file() && !fleet.join("replicas.csv").exists());
+    let roles = std::fs::read_to_string(fleet.join("roles.csv")).unwrap();
+    let mut lines = roles.lines();
+    assert_eq!(lines.next(), Some("t_s,role,replicas,cpu_p50,cpu_p95,cpu_max,sessions_p50,sessions_p95,sessions_max"));
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert!(rows.len() >= 3 * 60, "a row per role and sample: {}", rows.len());
+    for sample in rows.chunks(3) {
+        assert_eq!(sample.iter().map(|r| r[1]).collect::<Vec<_>>(), ["P", "M", "F"]);
+        let up: u32 = sample.iter().map(|r| r[2].parse::<u32>().unwrap()).sum();
+        assert!(up <= 51, "{sample:?}");
+        for r in sample.iter().filter(|r| !r[4].is_empty()) {
+            let q: Vec<f64> = r[3..6].iter().map(|v| v.parse().unwrap()).collect();
+            assert!(q[0] <= q[1] && q[1] <= q[2], "p50 <= p95 <= max: {r:?}");
+        }
+    }
+    let html = std::fs::read_to_string(fleet.join("report.html")).unwrap();
+    assert!(
+        html.contains("This run has 51 replicas, more than the 50"),
+        "the report says why its CPU chart is per role"
+    );
+    for d in [fleet, small] {
+        std::fs::remove_dir_all(d).unwrap();
+    }
+}

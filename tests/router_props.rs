@@ -262,3 +262,104 @@ proptest! {
         }
     }
 }
+
+/// An operation of the index comparison: the invariants' operations, and
+/// a share set by the health watch (0, a half, or full).
+#[derive(Clone, Debug)]
+enum IndexOp {
+    Op(Op),
+    Share(usize, Class, u8),
+}
+
+fn index_ops(k: usize) -> impl Strategy<Value = Vec<IndexOp>> {
+    prop::collection::vec(
+        prop_oneof![
+            8 => prop::bool::ANY.prop_map(|p| IndexOp::Op(Op::Admit(if p { Class::P } else { Class::F }))),
+            6 => (0usize..512).prop_map(|i| IndexOp::Op(Op::Release(i))),
+            1 => (0..k).prop_map(|x| IndexOp::Op(Op::Fail(x))),
+            1 => (0..k).prop_map(|x| IndexOp::Op(Op::Heal(x))),
+            2 => prop::collection::vec(prop::option::weighted(0.9, 0u8..=90), k).prop_map(|c| IndexOp::Op(Op::Cpu(c))),
+            1 => (0..k, prop::bool::ANY, 0u8..=2).prop_map(|(x, p, s)| IndexOp::Share(x, if p { Class::P } else { Class::F }, s)),
+        ],
+        1..600,
+    )
+}
+
+/// Everything a router shows of its replicas.
+fn view(router: &Router, k: usize) -> Vec<(bool, Role, [u32; 2], u32)> {
+    (0..k)
+        .map(|x| {
+            let r = ReplicaId(x);
+            (router.is_healthy(r), router.role(r), router.active(r), router.guests(r))
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// The indexed router makes exactly the choices of the scan of every
+    /// replica (ties to the lowest id) through any sequence of admissions,
+    /// releases, failures, rejoins, CPU readings and shares, for every
+    /// strategy and borrowing rule, at sizes where ties and spills are many.
+    #[test]
+    fn indexed_choices_equal_the_scans(
+        (k, ops) in (1usize..=80).prop_flat_map(|k| (Just(k), index_ops(k))),
+        strategy in prop::sample::select(Routing::ALL.to_vec()),
+        rule in prop::sample::select(FreemiumBorrow::ALL.to_vec()),
+        bounded in prop::bool::ANY,
+        theta in 1u32..=4,
+    ) {
+        let (p, f) = (k / 3, k / 3);
+        let cfg = RouterConfig {
+            strategy,
+            replicas: k,
+            reference: [p, k - p - f, f],
+            split: (k / 2, k - k / 2),
+            theta,
+            alpha: 0.7,
+            mixed_bounded: bounded,
+            freemium_borrow: rule,
+        };
+        let (mut indexed, mut scans) = (Router::new(cfg.clone()), Router::with_scans(cfg));
+        let mut open: Vec<(ReplicaId, Class)> = Vec::new();
+        for op in ops {
+            match op {
+                IndexOp::Op(Op::Admit(class)) => {
+                    let pick = indexed.admit(class);
+                    prop_assert_eq!(pick, scans.admit(class));
+                    open.extend(pick.map(|r| (r, class)));
+                }
+                IndexOp::Op(Op::Release(i)) if !open.is_empty() => {
+                    let (r, class) = open.swap_remove(i % open.len());
+                    indexed.release(r, class);
+                    scans.release(r, class);
+                }
+                IndexOp::Op(Op::Release(_)) => {}
+                IndexOp::Op(Op::Fail(x)) | IndexOp::Op(Op::Heal(x)) if x >= k => {}
+                IndexOp::Op(Op::Fail(x)) => {
+                    indexed.set_health(ReplicaId(x), false);
+                    scans.set_health(ReplicaId(x), false);
+                }
+                IndexOp::Op(Op::Heal(x)) => {
+                    indexed.set_health(ReplicaId(x), true);
+                    scans.set_health(ReplicaId(x), true);
+                }
+                IndexOp::Op(Op::Cpu(cpu)) => {
+                    let used: Vec<Option<f64>> = (0..k).map(|x| cpu.get(x).copied().flatten().map(|u| f64::from(u) / 100.0)).collect();
+                    indexed.observe_cpu(&used);
+                    scans.observe_cpu(&used);
+                }
+                IndexOp::Share(x, class, s) => {
+                    let mut shares = indexed.shares(ReplicaId(x));
+                    shares[class.idx()] = f64::from(s) / 2.0;
+                    indexed.set_shares(ReplicaId(x), shares);
+                    scans.set_shares(ReplicaId(x), shares);
+                }
+            }
+            prop_assert_eq!(view(&indexed, k), view(&scans, k));
+            prop_assert_eq!(indexed.survivors(), scans.survivors());
+            prop_assert_eq!(indexed.drain_changes(), scans.drain_changes());
+        }
+    }
+}

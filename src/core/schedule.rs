@@ -20,7 +20,10 @@ pub struct Client {
     rng: ChaCha8Rng,
     /// Draws the retry backoffs only, so that how often a client fails
     /// (which depends on the backend's timing) never shifts its script.
-    retry: ChaCha8Rng,
+    /// Made from `retry_seed` at the first failure: most clients never
+    /// fail, and a generator's state is 300 bytes (T of them at fleet scale).
+    retry: Option<Box<ChaCha8Rng>>,
+    retry_seed: u64,
     /// Consecutive failed attempts since the last completed session.
     failures: u32,
 }
@@ -56,7 +59,8 @@ pub fn clients(total: u32, premium_pct: u32, ramp_s: f64, seed: u64) -> Vec<Clie
                 class,
                 arrival_s,
                 rng: ChaCha8Rng::seed_from_u64(own),
-                retry: ChaCha8Rng::seed_from_u64(own.rotate_left(17)),
+                retry: None,
+                retry_seed: own.rotate_left(17),
                 failures: 0,
             }
         })
@@ -82,9 +86,15 @@ impl Client {
     ///
     /// [`ClientShape::backoff_s`]: super::workload::ClientShape::backoff_s
     pub fn backoff_s(&mut self, w: &Workload) -> f64 {
-        let s = w.client.backoff_s(self.failures, self.retry.gen::<f64>());
+        let s = w.client.backoff_s(self.failures, self.retry_draw());
         self.failures = self.failures.saturating_add(1);
         s
+    }
+
+    /// The next draw of the retry generator, made at its first use.
+    fn retry_draw(&mut self) -> f64 {
+        let seed = self.retry_seed;
+        self.retry.get_or_insert_with(|| Box::new(ChaCha8Rng::seed_from_u64(seed))).gen::<f64>()
     }
 
     /// A session completed: the next failure backs off from the start.

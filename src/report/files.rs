@@ -53,6 +53,9 @@ pub mod columns {
     pub const SERIES: &[&str] = &["t_s", "class", "completed", "goodput_qps", "p95_ms", "active_sessions"];
     /// replicas.csv
     pub const REPLICAS: &[&str] = &["t_s", "replica", "up", "role", "cpu_fraction", "active_p", "active_f"];
+    /// roles.csv (above `FLEET_ROWS` replicas, in place of replicas.csv)
+    pub const ROLES: &[&str] =
+        &["t_s", "role", "replicas", "cpu_p50", "cpu_p95", "cpu_max", "sessions_p50", "sessions_p95", "sessions_max"];
     /// events.csv
     pub const EVENTS: &[&str] = &["t_s", "kind", "replica", "detail"];
     /// queries.csv
@@ -98,7 +101,10 @@ fn write_all(dir: &Path, f: &RunFiles<'_>) -> Result<()> {
     let m = f.metrics;
     write_csv(&dir.join("phases.csv"), &m.phases, columns::PHASES)?;
     write_csv(&dir.join("timeseries.csv"), &m.timeseries, columns::SERIES)?;
-    write_csv(&dir.join("replicas.csv"), &m.replicas, columns::REPLICAS)?;
+    match &m.roles {
+        Some(roles) => write_csv(&dir.join("roles.csv"), roles, columns::ROLES)?,
+        None => write_csv(&dir.join("replicas.csv"), &m.replicas, columns::REPLICAS)?,
+    }
     write_csv(&dir.join("events.csv"), &m.events, columns::EVENTS)?;
     if let Some(q) = &m.queries {
         write_csv(&dir.join("queries.csv"), q, columns::QUERIES)?;

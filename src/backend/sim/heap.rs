@@ -1,28 +1,100 @@
-//! An indexed binary min-heap for the simulator's timers and job queues.
+//! An indexed 4-ary min-heap for the simulator's timers and job queues.
 //! Every entry lives in a numbered slot (a client, a replica's completion,
 //! a replica's quota event), so a pending entry is moved or removed in
 //! O(log n) when its owner's plans change, instead of being left behind as
 //! a stale entry that costs memory and a pop when its time comes
-//! ([performance](docs/performance.md#the-simulators-cost)).
+//! ([performance](docs/performance.md#the-simulators-cost)). Where each
+//! slot's entry sits is kept in a dense array (the agenda: every client has
+//! a slot) or in a hash map (a replica's job queue: a few of the T clients
+//! at a time, so a dense array per replica would cost K x T).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Children per node: a 4-ary heap is half as deep as a binary one and its
+/// children share cache lines, which counts once the agenda holds a
+/// million clients' timers. (The order of equal keys cannot differ: every
+/// key is unique.)
+const ARITY: usize = 4;
 
 /// The position of a slot that holds no entry.
 const NONE: u32 = u32::MAX;
 
-/// A min-heap of `(key, slot)` with at most one entry per slot.
-#[derive(Debug)]
-pub struct IndexedHeap<K> {
-    heap: Vec<(K, u32)>,
-    /// Where each slot's entry is in `heap`, or [`NONE`].
-    pos: Vec<u32>,
+/// Where each slot's entry is in the heap.
+pub trait Positions: Default {
+    /// Slot `slot`'s position, or [`NONE`].
+    fn get(&self, slot: usize) -> u32;
+    /// Sets slot `slot`'s position ([`NONE`]: it has no entry).
+    fn put(&mut self, slot: usize, pos: u32);
 }
 
-impl<K: Ord + Copy> Default for IndexedHeap<K> {
-    fn default() -> Self {
-        IndexedHeap { heap: Vec::new(), pos: Vec::new() }
+/// Dense positions: one per slot up to the highest slot used.
+impl Positions for Vec<u32> {
+    fn get(&self, slot: usize) -> u32 {
+        self.as_slice().get(slot).copied().unwrap_or(NONE)
+    }
+
+    fn put(&mut self, slot: usize, pos: u32) {
+        if slot >= self.len() {
+            self.resize(slot + 1, NONE);
+        }
+        self[slot] = pos;
     }
 }
 
-impl<K: Ord + Copy> IndexedHeap<K> {
+/// A multiplicative hash of a slot number (slots are small integers, and
+/// the map is private to the simulator, so no flooding resistance needed).
+#[derive(Default)]
+pub struct SlotHasher(u64);
+
+impl Hasher for SlotHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.0 = u64::from(n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// Sparse positions: only the slots that hold an entry.
+pub type Sparse = HashMap<u32, u32, BuildHasherDefault<SlotHasher>>;
+
+impl Positions for Sparse {
+    fn get(&self, slot: usize) -> u32 {
+        self.get(&(slot as u32)).copied().unwrap_or(NONE)
+    }
+
+    fn put(&mut self, slot: usize, pos: u32) {
+        match pos {
+            NONE => self.remove(&(slot as u32)),
+            _ => self.insert(slot as u32, pos),
+        };
+    }
+}
+
+/// A min-heap of `(key, slot)` with at most one entry per slot; `P` keeps
+/// the slots' positions (dense by default).
+#[derive(Debug)]
+pub struct IndexedHeap<K, P = Vec<u32>> {
+    heap: Vec<(K, u32)>,
+    /// Where each slot's entry is in `heap`.
+    pos: P,
+}
+
+impl<K: Ord + Copy, P: Positions> Default for IndexedHeap<K, P> {
+    fn default() -> Self {
+        IndexedHeap { heap: Vec::new(), pos: P::default() }
+    }
+}
+
+impl<K: Ord + Copy, P: Positions> IndexedHeap<K, P> {
     /// Entries pending.
     pub fn len(&self) -> usize {
         self.heap.len()
@@ -41,13 +113,10 @@ impl<K: Ord + Copy> IndexedHeap<K> {
 
     /// Puts `slot`'s entry at `key`, replacing the one it had.
     pub fn set(&mut self, slot: usize, key: K) {
-        if slot >= self.pos.len() {
-            self.pos.resize(slot + 1, NONE);
-        }
-        match self.pos[slot] {
+        match self.pos.get(slot) {
             NONE => {
                 self.heap.push((key, slot as u32));
-                self.pos[slot] = (self.heap.len() - 1) as u32;
+                self.pos.put(slot, (self.heap.len() - 1) as u32);
                 self.up(self.heap.len() - 1);
             }
             i => {
@@ -64,11 +133,11 @@ impl<K: Ord + Copy> IndexedHeap<K> {
 
     /// Removes `slot`'s entry, if it has one, and returns its key.
     pub fn remove(&mut self, slot: usize) -> Option<K> {
-        let i = *self.pos.get(slot).filter(|&&i| i != NONE)? as usize;
+        let i = Some(self.pos.get(slot)).filter(|&i| i != NONE)? as usize;
         let last = self.heap.len() - 1;
         self.swap(i, last);
         let (key, _) = self.heap.pop().expect("an entry at i");
-        self.pos[slot] = NONE;
+        self.pos.put(slot, NONE);
         if i < last {
             self.down(i);
             self.up(i);
@@ -83,13 +152,13 @@ impl<K: Ord + Copy> IndexedHeap<K> {
 
     fn swap(&mut self, i: usize, j: usize) {
         self.heap.swap(i, j);
-        self.pos[self.heap[i].1 as usize] = i as u32;
-        self.pos[self.heap[j].1 as usize] = j as u32;
+        self.pos.put(self.heap[i].1 as usize, i as u32);
+        self.pos.put(self.heap[j].1 as usize, j as u32);
     }
 
     fn up(&mut self, mut i: usize) {
         while i > 0 {
-            let parent = (i - 1) / 2;
+            let parent = (i - 1) / ARITY;
             if self.heap[i].0 >= self.heap[parent].0 {
                 break;
             }
@@ -100,13 +169,13 @@ impl<K: Ord + Copy> IndexedHeap<K> {
 
     fn down(&mut self, mut i: usize) {
         loop {
-            let (l, r) = (2 * i + 1, 2 * i + 2);
+            let first = ARITY * i + 1;
+            let last = (first + ARITY).min(self.heap.len());
             let mut least = i;
-            if l < self.heap.len() && self.heap[l].0 < self.heap[least].0 {
-                least = l;
-            }
-            if r < self.heap.len() && self.heap[r].0 < self.heap[least].0 {
-                least = r;
+            for c in first..last {
+                if self.heap[c].0 < self.heap[least].0 {
+                    least = c;
+                }
             }
             if least == i {
                 return;
@@ -119,7 +188,7 @@ impl<K: Ord + Copy> IndexedHeap<K> {
 
 #[cfg(test)]
 mod tests {
-    use super::IndexedHeap;
+    use super::{IndexedHeap, Sparse};
     use std::collections::BTreeMap;
 
     /// A small deterministic generator (xorshift), so the test needs no crate.
@@ -132,7 +201,11 @@ mod tests {
 
     #[test]
     fn matches_a_sorted_map_under_random_sets_removes_and_pops() {
-        let mut heap = IndexedHeap::default();
+        matches_a_sorted_map(IndexedHeap::<u64>::default());
+        matches_a_sorted_map(IndexedHeap::<u64, Sparse>::default());
+    }
+
+    fn matches_a_sorted_map<P: super::Positions>(mut heap: IndexedHeap<u64, P>) {
         // The model: slot -> key, and the entries ordered by (key, slot).
         let mut model: BTreeMap<usize, u64> = BTreeMap::new();
         let mut x = 0x9e37_79b9_7f4a_7c15;
@@ -166,7 +239,7 @@ mod tests {
 
     #[test]
     fn a_removed_or_moved_entry_never_comes_back() {
-        let mut heap = IndexedHeap::default();
+        let mut heap = IndexedHeap::<u64>::default();
         heap.set(3, 30);
         heap.set(1, 10);
         heap.set(2, 20);

@@ -4,7 +4,7 @@
 //! its connection count. Pure state and arithmetic; `sim` decides when it
 //! runs.
 
-use super::heap::IndexedHeap;
+use super::heap::{IndexedHeap, Sparse};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -31,8 +31,9 @@ pub struct Server {
     last_t: f64,
     pub cpu_s: f64,
     /// The clients' jobs by virtual finish time, one slot per client: a
-    /// job that times out leaves at once.
-    jobs: IndexedHeap<(u64, u32, u64)>,
+    /// job that times out leaves at once. Sparse positions: a replica holds
+    /// a few of the T clients' jobs at a time.
+    jobs: IndexedHeap<(u64, u32, u64), Sparse>,
     /// Backends' exits (no client waits for them), by virtual finish time.
     background: BinaryHeap<Reverse<u64>>,
     /// CPU seconds left of this period's quota.

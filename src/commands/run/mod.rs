@@ -25,6 +25,7 @@ use std::time::Instant;
 pub mod args;
 mod dry_run;
 pub mod launch;
+mod memory;
 pub mod plan;
 mod stream;
 pub mod via_proxy;
@@ -157,6 +158,7 @@ pub struct RunOutput {
 
 /// Runs `plan` and writes its folder; returns what was written.
 pub fn execute(plan: &Plan) -> Result<RunOutput, Error> {
+    memory::check(plan, memory::available())?;
     let started = chrono::Utc::now();
     let clock = Instant::now();
     let mut collector = Collector::new(plan.phases.clone(), plan.replicas, plan.cpus, plan.raw);
@@ -181,7 +183,7 @@ pub fn conclude(
     started: chrono::DateTime<chrono::Utc>,
     clock: Instant,
 ) -> Result<RunOutput, Error> {
-    let metrics = collector.finish(&|p, r| plan.up_during(p, r), outcome.in_flight);
+    let metrics = collector.finish(&plan.up_during_fn(), outcome.in_flight);
     metrics.check_accounting().map_err(|e| Error::Run(e.into()))?;
     let summary = summarise(plan, &metrics, outcome, started, clock.elapsed().as_secs_f64());
     let html = crate::report::html::render(&summary, &metrics).context("rendering report.html")?;

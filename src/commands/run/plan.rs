@@ -16,6 +16,8 @@ use crate::core::settings::{Admission, Checks, ClusterKind, Detection, Named};
 use crate::core::watch::{Recovery, Watch};
 use crate::core::workload::Workload;
 use crate::error::{input, Error};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -405,11 +407,23 @@ impl Plan {
         })
     }
 
-    /// Whether replica `r` is up throughout `phase` per the fault schedule
+    /// Whether replica `r` is up throughout a phase per the fault schedule
     /// (a slow replica is up; a down, paused or partitioned one is not).
-    pub fn up_during(&self, phase: &Phase, r: usize) -> bool {
-        let before: Vec<FaultEvent> = self.faults.iter().filter(|e| e.t_s <= phase.start_s).copied().collect();
-        faults::replay(&before, self.replicas).get(r).is_none_or(|o| o.survivor())
+    /// The schedule is replayed once per phase, not once per replica and
+    /// phase (K^2 at fleet scale).
+    pub fn up_during_fn(&self) -> impl Fn(&Phase, usize) -> bool + '_ {
+        let cache: RefCell<HashMap<u64, Vec<bool>>> = RefCell::default();
+        move |phase, r| {
+            let mut cache = cache.borrow_mut();
+            let up = cache.entry(phase.start_s.to_bits()).or_insert_with(|| self.up_at(phase.start_s));
+            up.get(r).copied().unwrap_or(true)
+        }
+    }
+
+    /// Per replica, whether the faults up to `t_s` leave it a survivor.
+    fn up_at(&self, t_s: f64) -> Vec<bool> {
+        let before: Vec<FaultEvent> = self.faults.iter().filter(|e| e.t_s <= t_s).copied().collect();
+        faults::replay(&before, self.replicas).iter().map(|o| o.survivor()).collect()
     }
 
     /// The strategy with the layers that change it (see [`variant`]).

@@ -5,8 +5,8 @@
 //! autoescaping; only the chart SVGs are marked safe. No HTML is assembled
 //! in Rust (design.md §7), and the page references nothing on the network.
 
-use crate::core::metrics::{EventRow, PhaseRow, ReplicaCpu, RunMetrics};
-use crate::core::model::{Class, EventKind, ReplicaId};
+use crate::core::metrics::{is_fleet, EventRow, PhaseRow, ReplicaCpu, ReplicaRow, RoleRow, RunMetrics, FLEET_ROWS};
+use crate::core::model::{Class, EventKind, ReplicaId, Role};
 use crate::core::outcome::Verdict;
 use crate::core::phases::WARMUP;
 use crate::core::settings::Checks;
@@ -260,7 +260,7 @@ impl Page {
     fn new(s: &Summary, m: &RunMetrics) -> Result<Page, ReportError> {
         let phases = if m.phases.is_empty() { &s.phases } else { &m.phases };
         let k = s.settings.replicas;
-        let names = replica_names(k, m);
+        let names = if is_fleet(k) { Vec::new() } else { replica_names(k, m) };
         let mut frame = Frame::new(phases, k, time_end(s, m, phases), s.faults.iter().map(|f| f.t_s).collect());
         frame.modes = charts::mode_spans(&m.events, frame.t_end);
         let replica_cpu = if s.replica_cpu.is_empty() { &m.replica_cpu } else { &s.replica_cpu };
@@ -519,18 +519,60 @@ fn chart_views(
         "rr-split" => " For rr-split the colours are the static partitions (P or F); they never change.".to_string(),
         other => format!(" The {other} router ignores roles; read this chart for which replicas were up."),
     };
-    Ok(vec![
+    let mut views = vec![
         view("goodput", "Goodput per class", GOODPUT_CAPTION.into(), charts::goodput(&m.timeseries, frame)?),
         view("p95", "p95 latency per class", P95_CAPTION.into(), charts::p95(&m.timeseries, frame)?),
-        view("cpu", "CPU per replica", format!("{CPU_CAPTION}{unenforced}"), charts::cpu(&m.replicas, names, frame)?),
-        view(
-            "roles",
-            "Replica roles over time",
-            format!("{ROLES_CAPTION}{roles_note}"),
-            charts::roles(&m.replicas, names, frame)?,
-        ),
-        view("phases", "Retention and inflation per phase", BARS_CAPTION.into(), charts::phase_bars(phases)?),
-    ])
+    ];
+    match &m.roles {
+        Some(roles) => {
+            let (rows, lines) = fleet_lines(roles);
+            let caption = format!("{}{unenforced}", fleet_caption(s.settings.replicas));
+            views.push(view("cpu", "CPU per role (p50, p95)", caption, charts::cpu(&rows, &lines, frame)?));
+        }
+        None => {
+            let cpu = charts::cpu(&m.replicas, names, frame)?;
+            views.push(view("cpu", "CPU per replica", format!("{CPU_CAPTION}{unenforced}"), cpu));
+            let roles = charts::roles(&m.replicas, names, frame)?;
+            views.push(view("roles", "Replica roles over time", format!("{ROLES_CAPTION}{roles_note}"), roles));
+        }
+    }
+    views.push(view("phases", "Retention and inflation per phase", BARS_CAPTION.into(), charts::phase_bars(phases)?));
+    Ok(views)
+}
+
+/// What a fleet's report shows instead of per-replica lines, and why.
+fn fleet_caption(k: usize) -> String {
+    format!(
+        "This run has {k} replicas, more than the {FLEET_ROWS} this report draws one by one: each line is the \
+        p50 or p95 of the CPU (fraction of the budget C) of the replicas of one role that are up, per sample, \
+        and the dashed line at 1.0 is the budget. roles.csv holds these with the max and the open sessions \
+        per role; replicas.csv, the role timeline and the per-replica CPU columns are left out."
+    )
+}
+
+/// roles.csv's CPU quantiles as chart lines: rows named `P p50`, `P p95`,
+/// ... (one per role and quantile), and those names.
+fn fleet_lines(roles: &[RoleRow]) -> (Vec<ReplicaRow>, Vec<String>) {
+    type Pick = fn(&RoleRow) -> Option<f64>;
+    let quantiles: [(&str, Pick); 2] = [("p50", |r| r.cpu_p50), ("p95", |r| r.cpu_p95)];
+    let mut names = Vec::new();
+    let mut rows = Vec::new();
+    for role in Role::ALL {
+        for (q, pick) in quantiles {
+            let name = format!("{role} {q}");
+            rows.extend(roles.iter().filter(|r| r.role == role).map(|r| ReplicaRow {
+                t_s: r.t_s,
+                replica: name.clone(),
+                up: r.replicas > 0,
+                role,
+                cpu_fraction: pick(r),
+                active_p: 0,
+                active_f: 0,
+            }));
+            names.push(name);
+        }
+    }
+    (rows, names)
 }
 
 /// u_r per phase (rows) and replica (columns); a missing cell means the

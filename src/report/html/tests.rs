@@ -106,6 +106,7 @@ fn synthetic(partial: bool, workload: &str) -> (Summary, RunMetrics) {
         phases: phases.clone(),
         timeseries,
         replicas: replica_rows(),
+        roles: None,
         replica_cpu: replica_cpu.clone(),
         events: events.clone(),
         queries: None,

@@ -11,6 +11,10 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+mod fleet;
+
+pub use fleet::{is_fleet, RoleRow, FLEET_ROWS};
+
 /// One finished query (times in seconds from run start).
 #[derive(Clone, Debug, PartialEq)]
 pub struct QueryRecord {
@@ -138,6 +142,8 @@ pub struct Collector {
     /// Per second, per replica.
     flow: Vec<Vec<Flow>>,
     replica_rows: Vec<ReplicaRow>,
+    /// Above [`FLEET_ROWS`] replicas: per-role rows instead of `replica_rows`.
+    role_rows: Option<Vec<RoleRow>>,
     cpu_series: Vec<Vec<(f64, f64)>>,
     events: Vec<EventRow>,
     raw: Option<Vec<QueryRow>>,
@@ -268,6 +274,9 @@ pub struct RunMetrics {
     pub phases: Vec<PhaseRow>,
     pub timeseries: Vec<SeriesRow>,
     pub replicas: Vec<ReplicaRow>,
+    /// roles.csv's rows: `Some` above [`FLEET_ROWS`] replicas, when
+    /// `replicas` stays empty.
+    pub roles: Option<Vec<RoleRow>>,
     pub replica_cpu: Vec<ReplicaCpu>,
     pub events: Vec<EventRow>,
     #[serde(skip)]
@@ -333,6 +342,7 @@ impl Collector {
             settled: 0,
             flow: vec![vec![Flow::default(); replicas]; secs],
             replica_rows: Vec::new(),
+            role_rows: is_fleet(replicas).then(Vec::new),
             cpu_series: vec![Vec::new(); replicas],
             events: Vec::new(),
             raw: raw.then(Vec::new),
@@ -550,6 +560,7 @@ impl Collector {
     pub fn sample(&mut self, t_s: f64, replicas: &[ReplicaSample]) {
         let sec = self.second(t_s);
         let mut active = [0u32; 2];
+        let mut seen = Vec::new();
         for (r, s) in replicas.iter().enumerate() {
             active[0] += s.active[0];
             active[1] += s.active[1];
@@ -561,6 +572,11 @@ impl Collector {
             if let Some(c) = s.cpu_s {
                 series.push((t_s, c));
             }
+            if self.role_rows.is_some() {
+                let sessions = s.active[0] + s.active[1];
+                seen.push(fleet::Seen { role: s.role, up: s.up, cpu: cpu_fraction, sessions });
+                continue;
+            }
             self.replica_rows.push(ReplicaRow {
                 t_s: r4(t_s),
                 replica: ReplicaId(r).to_string(),
@@ -570,6 +586,9 @@ impl Collector {
                 active_p: s.active[0],
                 active_f: s.active[1],
             });
+        }
+        if let Some(rows) = &mut self.role_rows {
+            rows.extend(fleet::role_rows(r4(t_s), &seen));
         }
         for (agg, n) in self.seconds[sec].iter_mut().zip(active) {
             agg.active = n;
@@ -697,6 +716,7 @@ impl Collector {
             backlog,
             flow: self.flow,
             replicas: self.replica_rows,
+            roles: self.role_rows,
             replica_cpu,
             events: self.events,
             queries: self.raw,

@@ -1,12 +1,19 @@
 //! The routing interface shared by every backend (design.md §2): given the
 //! router's view (replica health, roles, per-class active sessions) and a new
 //! session's class, return a replica or "no capacity". Strategies are a closed
-//! enum dispatched with `match`; PLB's role state lives here too.
+//! enum dispatched with `match`; PLB's role state lives here too. Its
+//! least-loaded choices, guest placements, returns and counts read the
+//! indexes of [`index`] (O(log K) a decision at fleet scale), which make
+//! exactly the choices of a scan of every replica ([`Router::with_scans`]
+//! keeps the scans, for the property test that compares the two).
 
 use super::model::{Class, ReplicaId, Role};
 use super::roles::{self, Move, RoleVector, Slot};
+use index::{ordered, Entry, Index};
 use serde::{Deserialize, Serialize};
 use std::fmt;
+
+mod index;
 
 /// A routing strategy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -189,6 +196,17 @@ struct Replica {
 }
 
 impl Replica {
+    /// What the index keeps of it (`tau`: the return level).
+    fn entry(&self, tau: u32) -> Entry {
+        let guest_ok = self.role == Role::P && self.home.is_none() && self.healthy && self.share[Class::F.idx()] >= 1.0;
+        Entry {
+            load: Class::ALL.map(|c| self.open(c).then(|| (self.role, ordered(self.weighted_load(c))))),
+            guest: guest_ok.then(|| self.cpu_with_one_more()).flatten().filter(|c| !c.is_nan()).map(ordered),
+            borrowed: self.home.is_some(),
+            healthy: self.healthy.then_some((self.role, self.home.is_none(), self.load() >= tau)),
+        }
+    }
+
     fn load(&self) -> u32 {
         self.active[0] + self.active[1]
     }
@@ -225,6 +243,8 @@ pub struct Router {
     /// A Premium session went past its own role and Mixed since the last
     /// CPU reading (`pressure-fallback` lends nothing then).
     premium_fell_back: bool,
+    /// The indexes the choices read; `None`: scan every replica instead.
+    index: Option<Index>,
 }
 
 impl Router {
@@ -260,7 +280,31 @@ impl Router {
             })
             .collect();
         let tau = (cfg.alpha * f64::from(cfg.theta)).floor() as u32;
-        Router { cfg, tau, replicas, cursors: [0; 3], changes: Vec::new(), premium_fell_back: false }
+        let index = Some(Index::new(k));
+        let mut router =
+            Router { cfg, tau, replicas, cursors: [0; 3], changes: Vec::new(), premium_fell_back: false, index };
+        router.sync_all();
+        router
+    }
+
+    /// The same router without indexes: every choice scans every replica
+    /// (the reference the indexed choices are tested against).
+    #[doc(hidden)]
+    pub fn with_scans(cfg: RouterConfig) -> Router {
+        Router { index: None, ..Router::new(cfg) }
+    }
+
+    /// Brings replica `i`'s index entries up to date after a change.
+    fn sync(&mut self, i: usize) {
+        if let Some(x) = &mut self.index {
+            x.update(i, self.replicas[i].entry(self.tau));
+        }
+    }
+
+    fn sync_all(&mut self) {
+        for i in 0..self.replicas.len() {
+            self.sync(i);
+        }
     }
 
     /// The configuration this router was built with.
@@ -273,6 +317,7 @@ impl Router {
     pub fn admit(&mut self, class: Class) -> Option<ReplicaId> {
         let pick = self.pick(class)?;
         self.replicas[pick.idx()].active[class.idx()] += 1;
+        self.sync(pick.idx());
         Some(pick)
     }
 
@@ -306,6 +351,7 @@ impl Router {
         if rep.share != shares {
             rep.share = shares;
             rep.credit = [0.0; 2];
+            self.sync(replica.idx());
         }
     }
 
@@ -321,7 +367,7 @@ impl Router {
                 let want = Role::of(class);
                 self.round_robin(class.idx(), class, |r| r.role == want)
             }
-            Strategy::Lc => self.least_loaded(class, |_| true),
+            Strategy::Lc => self.least_loaded(class, &Role::ALL, |_| true),
             Strategy::Plb => self.plb_admit(class),
         }
     }
@@ -333,6 +379,7 @@ impl Router {
             rep.cpu = u.map(|u| (u, rep.load()));
         }
         self.premium_fell_back = false;
+        self.sync_all();
     }
 
     /// Marks a session of `class` on `replica` as ended (completed or broken).
@@ -342,6 +389,7 @@ impl Router {
         debug_assert!(*slot > 0, "release without admit");
         *slot = slot.saturating_sub(1);
         rep.guests = rep.guests.min(rep.active[1]);
+        self.sync(replica.idx());
         if self.cfg.strategy == Strategy::Plb {
             self.return_borrowed();
         }
@@ -355,10 +403,12 @@ impl Router {
             return;
         }
         rep.healthy = healthy;
+        self.sync(replica.idx());
         if self.cfg.strategy != Strategy::Plb {
             return;
         }
         if healthy {
+            let rep = &mut self.replicas[replica.idx()];
             let from = rep.role;
             rep.role = Role::M;
             rep.home = None;
@@ -397,7 +447,10 @@ impl Router {
 
     /// Number of healthy replicas in the router's view.
     pub fn survivors(&self) -> usize {
-        self.replicas.iter().filter(|r| r.healthy).count()
+        match &self.index {
+            Some(x) => Role::ALL.iter().map(|&role| x.healthy(role)).sum(),
+            None => self.replicas.iter().filter(|r| r.healthy).count(),
+        }
     }
 
     fn round_robin(&mut self, cursor: usize, class: Class, eligible: impl Fn(&Replica) -> bool) -> Option<ReplicaId> {
@@ -415,11 +468,16 @@ impl Router {
         Some(ReplicaId(pick))
     }
 
-    fn least_loaded(&self, class: Class, eligible: impl Fn(&Replica) -> bool) -> Option<ReplicaId> {
+    /// The open replica of one of `roles` with the least weighted load for
+    /// `class` that is `eligible`, ties to the lowest id.
+    fn least_loaded(&self, class: Class, roles: &[Role], eligible: impl Fn(&Replica) -> bool) -> Option<ReplicaId> {
+        if let Some(x) = &self.index {
+            return x.least_loaded(class, roles, |i| eligible(&self.replicas[i])).map(ReplicaId);
+        }
         self.replicas
             .iter()
             .enumerate()
-            .filter(|(_, r)| r.open(class) && eligible(r))
+            .filter(|(_, r)| r.open(class) && roles.contains(&r.role) && eligible(r))
             .min_by(|(i, a), (j, b)| a.weighted_load(class).total_cmp(&b.weighted_load(class)).then(i.cmp(j)))
             .map(|(i, _)| ReplicaId(i))
     }
@@ -429,11 +487,11 @@ impl Router {
         let theta = self.cfg.theta;
         // Freemium guests (only ever on a Premium replica) never keep
         // Premium out of its own role.
-        if let Some(r) = self.least_loaded(class, |r| r.role == own && r.load() - r.guests < theta) {
+        if let Some(r) = self.least_loaded(class, &[own], |r| r.load() - r.guests < theta) {
             return Some(r);
         }
         let bounded = self.cfg.mixed_bounded;
-        if let Some(r) = self.least_loaded(class, |r| r.role == Role::M && (!bounded || r.load() < theta)) {
+        if let Some(r) = self.least_loaded(class, &[Role::M], |r| !bounded || r.load() < theta) {
             return Some(r);
         }
         if class == Class::P {
@@ -442,7 +500,7 @@ impl Router {
         if let Some(r) = self.borrow(class) {
             return Some(r);
         }
-        self.least_loaded(class, |r| r.role == own).or_else(|| self.least_loaded(class, |_| true))
+        self.least_loaded(class, &[own], |_| true).or_else(|| self.least_loaded(class, &Role::ALL, |_| true))
     }
 
     /// Step 3 of PLB admission: lend a replica of the other class's role.
@@ -457,10 +515,10 @@ impl Router {
             (Class::P, _) | (Class::F, FreemiumBorrow::Mirror) => self.lender_if_less_loaded(class)?,
             (Class::F, FreemiumBorrow::Never) => return None,
             (Class::F, rule) => {
-                let idle = self.least_loaded(class, |r| r.role == Role::P && r.home.is_none() && r.active[0] == 0)?;
+                let idle = self.least_loaded(class, &[Role::P], |r| r.home.is_none() && r.active[0] == 0)?;
                 let allowed = match rule {
-                    FreemiumBorrow::Surplus => self.count(|r| r.role == Role::P) > self.goal()[Role::P.idx()],
-                    _ => self.count(|r| r.role == Role::P && r.home.is_none()) >= 2,
+                    FreemiumBorrow::Surplus => self.count(Role::P, false) > self.goal()[Role::P.idx()],
+                    _ => self.count(Role::P, true) >= 2,
                 };
                 allowed.then_some(idle)?
             }
@@ -469,6 +527,7 @@ impl Router {
         self.changes.push(RoleChange { replica: lender, from: rep.role, to: own, reason: "borrow" });
         rep.home = Some(rep.role);
         rep.role = own;
+        self.sync(lender.idx());
         Some(lender)
     }
 
@@ -482,6 +541,10 @@ impl Router {
     fn room_for_a_guest(&self) -> Option<ReplicaId> {
         if self.premium_fell_back && self.cfg.freemium_borrow == FreemiumBorrow::PressureFallback {
             return None;
+        }
+        if let Some(x) = &self.index {
+            let (i, _) = x.best_guest()?;
+            return self.replicas[i].cpu_with_one_more().filter(|&cpu| cpu < PRESSURE_CPU).map(|_| ReplicaId(i));
         }
         self.replicas
             .iter()
@@ -499,9 +562,9 @@ impl Router {
     /// than the best of `class`'s own role.
     fn lender_if_less_loaded(&self, class: Class) -> Option<ReplicaId> {
         let (own, other) = (Role::of(class), Role::of(class.other()));
-        let unborrowed = self.count(|r| r.role == other && r.home.is_none());
-        let best = self.least_loaded(class, |r| r.role == other && r.home.is_none())?;
-        let own_best = self.least_loaded(class, |r| r.role == own).map(|r| self.replicas[r.idx()].load());
+        let unborrowed = self.count(other, true);
+        let best = self.least_loaded(class, &[other], |r| r.home.is_none())?;
+        let own_best = self.least_loaded(class, &[own], |_| true).map(|r| self.replicas[r.idx()].load());
         let less_loaded = own_best.is_none_or(|l| self.replicas[best.idx()].load() < l);
         (unborrowed >= 2 && less_loaded).then_some(best)
     }
@@ -509,31 +572,51 @@ impl Router {
     /// Returns borrowed replicas whose borrowers have left and whose
     /// borrower role is below tau elsewhere.
     fn return_borrowed(&mut self) {
-        for i in 0..self.replicas.len() {
+        let borrowed = match &self.index {
+            Some(x) => x.borrowed(),
+            None => (0..self.replicas.len()).collect(),
+        };
+        for i in borrowed {
             let rep = &self.replicas[i];
             let Some(home) = rep.home else { continue };
             let borrower = rep.role;
             let class_idx = if borrower == Role::P { 0 } else { 1 };
-            if rep.active[class_idx] > 0 {
+            if rep.active[class_idx] > 0 || !self.calm(i, borrower) {
                 continue;
             }
-            let tau = self.tau;
-            let calm = self
-                .replicas
-                .iter()
-                .enumerate()
-                .all(|(j, r)| j == i || !r.healthy || r.role != borrower || r.load() < tau);
-            if calm {
-                let rep = &mut self.replicas[i];
-                self.changes.push(RoleChange { replica: ReplicaId(i), from: rep.role, to: home, reason: "return" });
-                rep.role = home;
-                rep.home = None;
+            let rep = &mut self.replicas[i];
+            self.changes.push(RoleChange { replica: ReplicaId(i), from: rep.role, to: home, reason: "return" });
+            rep.role = home;
+            rep.home = None;
+            self.sync(i);
+        }
+    }
+
+    /// Whether every healthy replica of `role` but `i` is below tau.
+    fn calm(&self, i: usize, role: Role) -> bool {
+        let tau = self.tau;
+        match &self.index {
+            Some(x) => {
+                let hot_self = x.entry(i).healthy.is_some_and(|(r, _, hot)| r == role && hot);
+                x.hot(role) == usize::from(hot_self)
+            }
+            None => {
+                self.replicas.iter().enumerate().all(|(j, r)| j == i || !r.healthy || r.role != role || r.load() < tau)
             }
         }
     }
 
-    fn count(&self, pred: impl Fn(&Replica) -> bool) -> usize {
-        self.replicas.iter().filter(|r| r.healthy && pred(r)).count()
+    /// Healthy replicas of `role` (only the unborrowed ones if `unborrowed`).
+    fn count(&self, role: Role, unborrowed: bool) -> usize {
+        match (&self.index, unborrowed) {
+            (Some(x), false) => x.healthy(role),
+            (Some(x), true) => x.unborrowed(role),
+            (None, _) => self
+                .replicas
+                .iter()
+                .filter(|r| r.healthy && r.role == role && (!unborrowed || r.home.is_none()))
+                .count(),
+        }
     }
 
     fn goal(&self) -> RoleVector {
@@ -563,6 +646,7 @@ impl Router {
         for rep in self.replicas.iter_mut().filter(|r| r.role != Role::P) {
             rep.guests = 0;
         }
+        self.sync_all();
     }
 }
 
