@@ -4,7 +4,7 @@
 # cluster under the premium-fault preset. Extra arguments go to `plbbench run`.
 #
 # The costs are this host's: the first time, `plbbench calibrate` measures
-# them (a few minutes) into target/calibration-host.toml, and every later
+# them (about 1.5 minutes) into target/calibration-host.toml, and every later
 # run reuses that file, so the workload's operating point (70% of rr-split's
 # Freemium pair; docs/measurement.md, "An operating point that travels")
 # holds on this machine. Delete the file to measure again;
@@ -16,8 +16,10 @@ cal=target/calibration-host.toml
 costs=()
 if [[ "${PLBBENCH_CALIBRATE:-1}" == 1 && " $* " != *" --calibration"* ]]; then
     if [[ ! -f $cal ]]; then
-        echo "main: measuring this host's costs once (plbbench calibrate --repeat 1, about 2 minutes) into $cal"
-        target/release/plbbench calibrate --repeat 1 --out "$cal.partial" >/dev/null
+        # --paced 0 --at 4: the committed calibration's method (closed loop
+        # at 4 connections), so only the host differs.
+        echo "main: measuring this host's costs once (plbbench calibrate --repeat 1 --paced 0, about 1.5 minutes) into $cal"
+        target/release/plbbench calibrate --repeat 1 --paced 0 --at 4 --out "$cal.partial" >/dev/null
         mv "$cal.partial" "$cal"
     fi
     costs=(--calibration "$cal")
