@@ -332,7 +332,7 @@ impl Sim<'_, '_> {
         let postmaster = &mut self.servers[r.idx()].postmaster;
         postmaster.push_back((i as u32, q));
         if postmaster.len() == 1 {
-            self.enqueue(r, i, q, fork_s);
+            self.fork_next(r);
         }
     }
 

@@ -410,10 +410,21 @@ impl Workload {
             Basis::Cluster => w.offered_utilisation(op.clients, op.premium_pct, replicas, cpus),
             Basis::Partition => w.partition_utilisation(op.clients, op.premium_pct, split, cpus),
         };
+        Some(self.between_reaching(op.utilisation, utilisation))
+    }
+
+    /// The `session.between_ms` at which `utilisation` (as in
+    /// [`Self::between_for`]) equals `target`; Err with the most it reaches
+    /// with no pause, when that is below `target`.
+    pub fn between_reaching(&self, target: f64, utilisation: impl Fn(&Workload) -> f64) -> Result<f64, f64> {
         let mut busiest = self.clone();
         busiest.session.between_ms = 0.0;
         let most = utilisation(&busiest);
-        Some(if most < op.utilisation { Err(most) } else { Ok(self.between_for(op.utilisation, utilisation)) })
+        if most < target {
+            Err(most)
+        } else {
+            Ok(self.between_for(target, utilisation))
+        }
     }
 
     /// The `session.between_ms` at which `utilisation` (a function of the

@@ -209,9 +209,6 @@ pub fn read_text(field: &str, path: &Path) -> Result<String, Error> {
     String::from_utf8(bytes).map_err(|_| input(field, format!("{} is not UTF-8 text", path.display())))
 }
 
-/// Sets `session.between_ms` so that the workload offers `load` of the
-/// cluster's CPU budget (`--load`); refused when `clients` cannot offer
-/// that much even without a pause between sessions.
 /// Lays the calibration file at `path` over the workload's costs and, if
 /// the workload states an operating point, re-sizes its pause to offer that
 /// point at these costs; returns the line the run's settings record.
@@ -227,28 +224,23 @@ fn calibrate(
     let cal = crate::core::calibration::Calibration::parse(&read_text("--calibration", path)?).map_err(bad)?;
     cal.apply(w).map_err(bad)?;
     let mut line = format!("{} (measured {})", path.display(), cal.measured_utc);
-    match w.between_at_operating_point(replicas, cpus, split) {
-        None => {}
-        Some(Ok(between)) => {
+    let Some(op) = w.operating_point else { return Ok(line) };
+    let budget = op.basis.name();
+    match w.between_at_operating_point(replicas, cpus, split).expect("the workload states a point") {
+        Ok(between) => {
             w.session.between_ms = (between * 10.0).round() / 10.0;
-            let op = w.operating_point.expect("a pause implies a point");
             line += &format!(
-                "; operating point {:.2} of the {} budget at T={}: between_ms {:.0}",
-                op.utilisation,
-                op.basis.name(),
-                op.clients,
-                w.session.between_ms
+                "; operating point {:.2} of the {budget} budget at T={}: between_ms {:.0}",
+                op.utilisation, op.clients, w.session.between_ms
             );
         }
-        Some(Err(most)) => {
-            let op = w.operating_point.expect("a pause implies a point");
+        Err(most) => {
             return Err(input(
                 "--calibration",
                 format!(
-                    "{}: at these costs {} clients offer at most {most:.2} of the {} budget, below the workload's operating point {:.2}",
+                    "{}: at these costs {} clients offer at most {most:.2} of the {budget} budget, below the workload's operating point {:.2}",
                     path.display(),
                     op.clients,
-                    op.basis.name(),
                     op.utilisation
                 ),
             ));
@@ -257,6 +249,9 @@ fn calibrate(
     Ok(line)
 }
 
+/// Sets `session.between_ms` so that the workload offers `load` of the
+/// cluster's CPU budget (`--load`); refused when `clients` cannot offer
+/// that much even without a pause between sessions.
 fn set_load(w: &mut Workload, load: f64, clients: u32, pct: u32, replicas: usize, cpus: f64) -> Result<(), Error> {
     if !(load.is_finite() && load > 0.0) {
         return Err(input("--load", format!("must be a positive fraction of the cluster's capacity, got {load}")));
@@ -271,15 +266,9 @@ fn set_load(w: &mut Workload, load: f64, clients: u32, pct: u32, replicas: usize
         ));
     }
     let offered = |w: &Workload| w.offered_utilisation(clients, pct, replicas, cpus);
-    let mut busiest = w.clone();
-    busiest.session.between_ms = 0.0;
-    if offered(&busiest) < load {
-        return Err(input(
-            "--load",
-            format!("{clients} clients offer at most {:.2} of the cluster's capacity; raise --T", offered(&busiest)),
-        ));
-    }
-    w.session.between_ms = w.between_for(load, offered);
+    w.session.between_ms = w.between_reaching(load, offered).map_err(|most| {
+        input("--load", format!("{clients} clients offer at most {most:.2} of the cluster's capacity; raise --T"))
+    })?;
     Ok(())
 }
 
