@@ -89,6 +89,20 @@ async def apg(a, app=None, **kw):
     )
 
 
+def on_asyncpg(a, app, body):
+    """Runs `await body(conn)` on one asyncpg connection through the proxy
+    named `app`, closes the connection, and returns what body returned."""
+
+    async def run():
+        conn = await apg(a, app)
+        try:
+            return await body(conn)
+        finally:
+            await conn.close()
+
+    return asyncio.run(run())
+
+
 def port_of(conn):
     return conn.execute("SELECT inet_server_port()").fetchone()[0]
 
@@ -102,18 +116,14 @@ def prepared_statements(a):
         assert any(n.startswith("_pg3_") for n in names), f"psycopg's named statement not on the server: {names}"
     ok(f"psycopg named prepared statement {names}")
 
-    async def run():
-        conn = await apg(a, "premium-apg-prepared")
-        try:
-            stmt = await conn.prepare("SELECT $1::int * 2")
-            assert [await stmt.fetchval(i) for i in range(3)] == [0, 2, 4]
-            names = [r[0] for r in await conn.fetch("SELECT name FROM pg_prepared_statements")]
-            assert any(n.startswith("__asyncpg_stmt_") for n in names), names
-            return names
-        finally:
-            await conn.close()
+    async def run(conn):
+        stmt = await conn.prepare("SELECT $1::int * 2")
+        assert [await stmt.fetchval(i) for i in range(3)] == [0, 2, 4]
+        names = [r[0] for r in await conn.fetch("SELECT name FROM pg_prepared_statements")]
+        assert any(n.startswith("__asyncpg_stmt_") for n in names), names
+        return names
 
-    ok(f"asyncpg named prepared statements {asyncio.run(run())}")
+    ok(f"asyncpg named prepared statements {on_asyncpg(a, 'premium-apg-prepared', run)}")
 
 
 def copy_in_out(a):
@@ -131,23 +141,19 @@ def copy_in_out(a):
         assert back == rows, f"COPY out gave {len(back)} rows, not the {len(rows)} copied in"
     ok("psycopg COPY FROM STDIN and TO STDOUT, 1000 rows")
 
-    async def run():
-        conn = await apg(a, "free-apg-copy")
-        try:
-            await conn.execute("CREATE TEMP TABLE t (id int, note text)")
-            await conn.copy_records_to_table("t", records=rows, columns=["id", "note"])
-            chunks = []
+    async def run(conn):
+        await conn.execute("CREATE TEMP TABLE t (id int, note text)")
+        await conn.copy_records_to_table("t", records=rows, columns=["id", "note"])
+        chunks = []
 
-            async def sink(chunk):
-                chunks.append(chunk)
+        async def sink(chunk):
+            chunks.append(chunk)
 
-            await conn.copy_from_query("SELECT id, note FROM t ORDER BY id", output=sink)
-            text = b"".join(chunks).decode()
-            assert text.count("\n") == len(rows) and text.startswith("0\trow 0\\twith a tab\n"), text[:80]
-        finally:
-            await conn.close()
+        await conn.copy_from_query("SELECT id, note FROM t ORDER BY id", output=sink)
+        text = b"".join(chunks).decode()
+        assert text.count("\n") == len(rows) and text.startswith("0\trow 0\\twith a tab\n"), text[:80]
 
-    asyncio.run(run())
+    on_asyncpg(a, "free-apg-copy", run)
     ok("asyncpg copy_records_to_table and copy_from_query, 1000 rows")
 
 
@@ -163,18 +169,14 @@ def server_side_cursor(a):
                 assert cursors == 1, "the named cursor lives on the server"
     ok("psycopg server-side cursor, 5000 rows in fetches of 100")
 
-    async def run():
-        conn = await apg(a, "free-apg-cursor")
-        try:
-            async with conn.transaction():
-                total = 0
-                async for r in conn.cursor("SELECT g FROM generate_series(1, 5000) g", prefetch=100):
-                    total += r[0]
-                assert total == 5000 * 5001 // 2, total
-        finally:
-            await conn.close()
+    async def run(conn):
+        async with conn.transaction():
+            total = 0
+            async for r in conn.cursor("SELECT g FROM generate_series(1, 5000) g", prefetch=100):
+                total += r[0]
+            assert total == 5000 * 5001 // 2, total
 
-    asyncio.run(run())
+    on_asyncpg(a, "free-apg-cursor", run)
     ok("asyncpg server-side cursor, 5000 rows in fetches of 100")
 
 
@@ -205,47 +207,39 @@ def cancels(a):
         assert conn.execute("SELECT 42").fetchone() == (42,)
     ok("psycopg cancel() through the proxy: 57014, the session goes on")
 
-    async def run():
-        conn = await apg(a, "premium-apg-cancel")
+    async def run(conn):
+        began = time.monotonic()
         try:
-            began = time.monotonic()
-            try:
-                await conn.fetch("SELECT pg_sleep(10)", timeout=0.5)
-                raise AssertionError("pg_sleep(10) ran past the timeout")
-            except asyncio.TimeoutError:
-                pass
-            assert await conn.fetchval("SELECT 42") == 42
-            assert time.monotonic() - began < 5, "asyncpg's cancel went through the proxy"
-            sleeping = await conn.fetchval(
-                "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(10)' AND state = 'active'"
-            )
-            assert sleeping == 0, "the cancelled statement still runs on the server"
-        finally:
-            await conn.close()
+            await conn.fetch("SELECT pg_sleep(10)", timeout=0.5)
+            raise AssertionError("pg_sleep(10) ran past the timeout")
+        except asyncio.TimeoutError:
+            pass
+        assert await conn.fetchval("SELECT 42") == 42
+        assert time.monotonic() - began < 5, "asyncpg's cancel went through the proxy"
+        sleeping = await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(10)' AND state = 'active'"
+        )
+        assert sleeping == 0, "the cancelled statement still runs on the server"
 
-    asyncio.run(run())
+    on_asyncpg(a, "premium-apg-cancel", run)
     ok("asyncpg timeout: cancelled on the server through the proxy, the session goes on")
 
 
 def listen_notify(a, cluster_password):
-    async def run():
-        conn = await apg(a, "free-apg-listen")
-        try:
-            port = await conn.fetchval("SELECT inet_server_port()")
-            got = asyncio.get_running_loop().create_future()
-            await conn.add_listener("plb_chan", lambda _c, _pid, chan, payload: got.done() or got.set_result(payload))
-            with psycopg.connect(
-                f"host=127.0.0.1 port={port} user=plbbench password={cluster_password} dbname=plbbench",
-                autocommit=True,
-            ) as direct:
-                direct.execute("NOTIFY plb_chan, 'hello through the proxy'")
-            payload = await asyncio.wait_for(got, 10)
-            assert payload == "hello through the proxy", payload
-            return port
-        finally:
-            await conn.close()
+    async def run(conn):
+        port = await conn.fetchval("SELECT inet_server_port()")
+        got = asyncio.get_running_loop().create_future()
+        await conn.add_listener("plb_chan", lambda _c, _pid, chan, payload: got.done() or got.set_result(payload))
+        with psycopg.connect(
+            f"host=127.0.0.1 port={port} user=plbbench password={cluster_password} dbname=plbbench",
+            autocommit=True,
+        ) as direct:
+            direct.execute("NOTIFY plb_chan, 'hello through the proxy'")
+        payload = await asyncio.wait_for(got, 10)
+        assert payload == "hello through the proxy", payload
+        return port
 
-    port = asyncio.run(run())
+    port = on_asyncpg(a, "free-apg-listen", run)
     with psycopg.connect(conninfo(a, "free-py-listen"), autocommit=True) as conn:
         conn.execute("LISTEN self_chan")
         conn.execute("NOTIFY self_chan, 'me'")
@@ -257,15 +251,11 @@ def listen_notify(a, cluster_password):
 def late_asyncpg(a):
     read_roles(a)
 
-    async def run():
-        conn = await apg(a)
-        try:
-            await conn.execute("SET application_name = 'premium-apg-late'")
-            return await conn.fetchval("SELECT inet_server_port()"), await conn.fetchval("SHOW application_name")
-        finally:
-            await conn.close()
+    async def run(conn):
+        await conn.execute("SET application_name = 'premium-apg-late'")
+        return await conn.fetchval("SELECT inet_server_port()"), await conn.fetchval("SHOW application_name")
 
-    port, app = asyncio.run(run())
+    port, app = on_asyncpg(a, None, run)
     assert app == "premium-apg-late", app
     assert a.roles[port] == "P", f"asyncpg named late ran on {a.names[port]} ({a.roles[port]})"
     ok(f"asyncpg without application_name, named late, on {a.names[port]} (P)")
