@@ -13,7 +13,7 @@ applied by scaling the Premium template's cpu_ms (the simulator only: a
 ratio other than the measured one would need another Premium query).
 
 Usage: scripts/fit-paper.py [--repeat N] [--think MS,..] [--queries N,..]
-                            [--ratio R,..] [--out DIR]
+                            [--ratio R,..] [--recovery POLICY] [--out DIR]
 """
 import argparse
 import csv
@@ -49,11 +49,12 @@ def workload(base, think, queries, ratio, connect_timeout_ms=None):
     return text
 
 
-def experiment(path, out, repeat, clients=1000, strategies="plb,rr-split,rr", faults="premium-fault,cascade"):
+def experiment(path, out, repeat, clients=1000, strategies="plb,rr-split,rr", faults="premium-fault,cascade",
+               recovery="none"):
     subprocess.run(
         [BIN, "experiment", "--cluster", "sim", "--workload", path, "--strategies", strategies,
          "--faults", faults, "--repeat", str(repeat), "--T", str(clients), "--checks", "warn", "-q",
-         "--out", out],
+         "--recoveries", recovery, "--out", out],
         check=True, stdout=subprocess.DEVNULL)
     return json.load(open(os.path.join(out, "figures.json")))
 
@@ -128,6 +129,8 @@ def main():
     ap.add_argument("--T", type=int, default=1000)
     ap.add_argument("--connect-timeout-ms", type=int, default=None,
                     help="the clients' login deadline [default: the workload's]")
+    ap.add_argument("--recovery", default="none",
+                    help="what plb does with a replica that comes back or opens to Freemium (none, probation, slow-start)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--max-floor", type=float, default=21.0,
                     help="skip candidates whose think floor (s) exceeds the shortest phase at time scale 0.7")
@@ -152,8 +155,9 @@ def main():
         open(path, "w").write(text)
         # RQ1 compares plb with 3RR+2RR under premium-fault; RQ2, Fig. 5
         # and RQ3 compare plb with 5RR under cascade.
-        pf = experiment(path, os.path.join(out, tag, "premium-fault"), a.repeat, a.T, "plb,rr-split", "premium-fault")
-        cs = experiment(path, os.path.join(out, tag, "cascade"), a.repeat, a.T, "plb,rr", "cascade")
+        pf = experiment(path, os.path.join(out, tag, "premium-fault"), a.repeat, a.T, "plb,rr-split", "premium-fault",
+                        a.recovery)
+        cs = experiment(path, os.path.join(out, tag, "cascade"), a.repeat, a.T, "plb,rr", "cascade", a.recovery)
         f = findings({"rq1": pf["rq1"], "rq2": cs["rq2"], "rq3": cs.get("rq3", [])})
         n, bad = 0, []
         for preset in ("premium-fault", "cascade"):

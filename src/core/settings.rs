@@ -145,7 +145,8 @@ impl Named for super::router::FreemiumBorrow {
 }
 
 impl Named for super::watch::Recovery {
-    const ALL: &'static [Self] = &[super::watch::Recovery::None, super::watch::Recovery::Probation];
+    const ALL: &'static [Self] =
+        &[super::watch::Recovery::None, super::watch::Recovery::Probation, super::watch::Recovery::SlowStart];
     fn name(self) -> &'static str {
         super::watch::Recovery::name(self)
     }

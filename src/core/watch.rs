@@ -14,7 +14,7 @@
 
 use super::detect::{Detector, Probe};
 use super::health::{Evidence, Health, HealthConfig, HealthMachine};
-use super::model::{EventKind, ReplicaId};
+use super::model::{EventKind, ReplicaId, Role};
 use super::router::Router;
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +29,12 @@ pub enum Recovery {
     /// Premium first: Premium may use the returning replica at once; its
     /// Freemium share ramps from 0 to 1 over the stability window.
     Probation,
+    /// Probation, and a slow start for a replica a repair opens to
+    /// Freemium (its role goes from Premium to Freemium or Mixed): its
+    /// Freemium share ramps from 0 to 1 over the same window, so the role's
+    /// new sessions do not all herd onto the one replica that holds the
+    /// fewest (HAProxy's `slowstart`, Envoy's slow-start window).
+    SlowStart,
 }
 
 impl Recovery {
@@ -37,6 +43,7 @@ impl Recovery {
         match self {
             Recovery::None => "none",
             Recovery::Probation => "probation",
+            Recovery::SlowStart => "slow-start",
         }
     }
 }
@@ -189,16 +196,41 @@ impl Watch {
         if router.is_healthy(r) == up {
             return;
         }
+        let before: Vec<Role> = ReplicaId::all(self.ramp.len()).map(|i| router.role(i)).collect();
         router.set_health(r, up);
         notes.push((EventKind::Detect, r, format!("{} ({how})", if up { "up" } else { "down" })));
         self.ramp[r.idx()] = None;
-        if up && self.recovery == Recovery::Probation {
+        if self.recovery == Recovery::SlowStart {
+            self.slow_start(router, &before, r, now_s, notes);
+        }
+        if up && self.recovery != Recovery::None {
             self.ramp[r.idx()] = Some(now_s);
             notes.push((
                 EventKind::Recovery,
                 r,
                 format!("probation: Premium at once, Freemium ramps in over {} s", self.window_s),
             ));
+        }
+    }
+
+    /// Starts a Freemium ramp on every healthy replica other than `changed`
+    /// whose role went from Premium (`before`) to one that takes Freemium.
+    fn slow_start(
+        &mut self,
+        router: &mut Router,
+        before: &[Role],
+        changed: ReplicaId,
+        now_s: f64,
+        notes: &mut Vec<Note>,
+    ) {
+        for i in ReplicaId::all(before.len()) {
+            let opened = before[i.idx()] == Role::P && router.role(i) != Role::P;
+            if i != changed && opened && router.is_healthy(i) && self.ramp[i.idx()].is_none() {
+                self.ramp[i.idx()] = Some(now_s);
+                let detail = format!("slow start: Freemium ramps in over {} s", self.window_s);
+                notes.push((EventKind::Recovery, i, detail));
+                router.set_shares(i, self.shares(i, now_s));
+            }
         }
     }
 
@@ -309,6 +341,36 @@ mod tests {
         let n = w.tick(&mut rt, 30.0);
         assert_eq!(n, vec![(EventKind::Recovery, ReplicaId(0), "probation over".to_string())]);
         assert_eq!(rt.shares(ReplicaId(0)), [1.0, 1.0]);
+    }
+
+    #[test]
+    fn slow_start_ramps_freemium_on_a_premium_replica_a_repair_opens_to_it() {
+        let cfg = HealthConfig { stability_window_s: 10.0, ..HealthConfig::default() };
+        for (recovery, ramped) in [(Recovery::Probation, false), (Recovery::SlowStart, true)] {
+            let mut rt = router();
+            let mut w = Watch::oracle(5, recovery, cfg);
+            for _ in 0..20 {
+                rt.admit(Class::F).expect("capacity");
+            }
+            // Freemium sessions on r3, r4 and r5; then the cascade: r1 and
+            // r2 (Premium) fail, and the repairs make r3 and then r4 Premium.
+            w.told(&mut rt, ReplicaId(0), false, 1.0, "oracle");
+            w.told(&mut rt, ReplicaId(1), false, 2.0, "oracle");
+            // r1 comes back: the repair gives r4 back to Freemium.
+            let n = w.told(&mut rt, ReplicaId(0), true, 20.0, "oracle");
+            assert_eq!(rt.role(ReplicaId(3)), Role::F);
+            let starts = n
+                .iter()
+                .filter(|(k, r, d)| *k == EventKind::Recovery && *r == ReplicaId(3) && d.starts_with("slow start"))
+                .count();
+            assert_eq!(starts, usize::from(ramped), "{recovery:?}: {n:?}");
+            let want = if ramped { [1.0, 0.0] } else { [1.0, 1.0] };
+            assert_eq!(rt.shares(ReplicaId(3)), want, "{recovery:?}");
+            w.tick(&mut rt, 25.0);
+            assert_eq!(rt.shares(ReplicaId(3))[1], if ramped { 0.5 } else { 1.0 });
+            w.tick(&mut rt, 30.0);
+            assert_eq!(rt.shares(ReplicaId(3)), [1.0, 1.0], "{recovery:?}: the ramp ends with the window");
+        }
     }
 
     #[test]

@@ -77,7 +77,7 @@ pub struct ExperimentArgs {
     /// Detectors to compare, comma-separated (probe, oracle, suspicion) [default: --detection's].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub detections: Vec<String>,
-    /// Recovery policies to compare for plb, comma-separated (none, probation); other strategies run with none [default: none].
+    /// Recovery policies to compare for plb, comma-separated (none, probation, slow-start); other strategies run with none [default: none].
     #[arg(long, alias = "recovery", value_delimiter = ',', default_value = "none", hide_default_value = true)]
     #[arg(value_name = "LIST")]
     pub recoveries: Vec<String>,

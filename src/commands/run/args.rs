@@ -42,7 +42,7 @@ pub struct RunArgs {
     /// Admission layer in front of the strategy.
     #[arg(long, value_enum, default_value = "none")]
     pub admission: Admission,
-    /// What plb does with a replica that comes back: none (the paper: full share at once) or probation (Premium at once, Freemium ramped in over the workload's health.stability_window_s).
+    /// What plb does with a replica that comes back: none (the paper: full share at once), probation (Premium at once, Freemium ramped in over the workload's health.stability_window_s) or slow-start (probation, and the same Freemium ramp on a replica a repair moves from the Premium role to one that takes Freemium).
     #[arg(long, value_enum, default_value = "none")]
     pub recovery: Recovery,
     /// Serve Prometheus metrics at this address during a real run (e.g. 127.0.0.1:9464).
@@ -249,6 +249,9 @@ impl Help for Recovery {
             }
             Recovery::Probation => {
                 "Premium first: Premium may use the returning replica at once; its Freemium share ramps from 0 to 1 over the stability window"
+            }
+            Recovery::SlowStart => {
+                "Probation, and a slow start: a replica a repair moves from the Premium role to one that takes Freemium ramps Freemium in over the same window"
             }
         }
     }
