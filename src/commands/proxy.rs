@@ -51,6 +51,11 @@ pub struct ProxyArgs {
     /// Serve Prometheus metrics (the router's and the proxy's sessions) at this address.
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<SocketAddr>,
+    /// Threads that relay sessions: 1 serves every client on one thread, as PgBouncer does (the cheapest per
+    /// transaction); N>1 adds N-1 threads, each with its own event loop, and hands each new connection to the
+    /// next thread in turn (for more clients than one core can relay). 1 to 256.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub threads: u16,
     /// Write a JSON feed on stdout for the `run --via-proxy` that started this proxy.
     #[arg(long, hide = true)]
     pub feed: bool,
@@ -121,22 +126,28 @@ pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
         cluster: cluster.clone(),
         metrics,
         feed: args.feed,
+        threads: usize::from(args.threads),
     };
     let auth = if input.users.is_some() { "scram-sha-256" } else { "trust" };
     let tls_mode = format!("{:?}", cfg.tls.mode).to_lowercase();
     let say = format!(
-        "plbbench proxy: listening on {listen} ({} over {} replicas, class by {:?} prefix {:?}, auth {auth}, tls {tls_mode})",
+        "plbbench proxy: listening on {listen} ({} over {} replicas, class by {:?} prefix {:?}, auth {auth}, tls {tls_mode}, \
+         {} relay thread{})",
         plan.variant(),
         plan.replicas,
         cfg.class.param,
-        cfg.class.premium_prefix
+        cfg.class.premium_prefix,
+        args.threads,
+        if args.threads == 1 { "" } else { "s" }
     );
     if args.feed {
         eprintln!("{say}");
     } else {
         println!("{say}");
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
+    // The first relay thread is this one: its event loop also accepts
+    // clients and runs the probes, the ticks and the metrics endpoint.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
     let out = runtime.block_on(serve(input)).context("serving clients")?;
     drop(runtime);
     drop(cluster);
