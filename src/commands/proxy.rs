@@ -54,8 +54,8 @@ pub struct ProxyArgs {
     /// Threads that relay sessions: 1 serves every client on one thread, as PgBouncer does (the cheapest per
     /// transaction); N>1 adds N-1 threads, each with its own event loop, and hands each new connection to the
     /// next thread in turn (for more clients than one core can relay). 1 to 256.
-    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
-    pub threads: u16,
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub threads: usize,
     /// Write a JSON feed on stdout for the `run --via-proxy` that started this proxy.
     #[arg(long, hide = true)]
     pub feed: bool,
@@ -67,11 +67,17 @@ pub struct ProxyArgs {
     pub common: CommonArgs,
 }
 
+/// The most relay threads `--threads` takes.
+const MAX_THREADS: usize = 256;
+
 /// PgBouncer's port.
 const DEFAULT_LISTEN: &str = "127.0.0.1:6432";
 
 /// Runs the proxy until a signal.
 pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
+    if !(1..=MAX_THREADS).contains(&args.threads) {
+        return Err(input("--threads", format!("must be 1 to {MAX_THREADS}, not {}", args.threads)));
+    }
     let cfg = read_config(args.config.as_deref())?;
     let listen = args.listen.or(cfg.listen).unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("a valid address"));
     cfg.auth_on(listen).map_err(|e| input("--listen", e))?;
@@ -126,7 +132,7 @@ pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
         cluster: cluster.clone(),
         metrics,
         feed: args.feed,
-        threads: usize::from(args.threads),
+        threads: args.threads,
     };
     let auth = if input.users.is_some() { "scram-sha-256" } else { "trust" };
     let tls_mode = format!("{:?}", cfg.tls.mode).to_lowercase();

@@ -12,7 +12,8 @@
 //! a run's go to events.csv; the run's Prometheus metrics are served with
 //! the proxy's own beside them. SIGINT or SIGTERM stops accepting, lets
 //! sessions finish for the configured drain time, then closes the rest
-//! with an error.
+//! with an error. Everything runs on one event loop, the caller's, unless
+//! more relay threads are asked for ([`workers`]).
 
 pub mod class_rule;
 pub mod config;
