@@ -861,6 +861,59 @@ fn a_proxy_without_config_serves_loopback_only() {
         m.get(&format!("plbbench_proxy_sessions_total{{class=\"{class}\",replica=\"r1\",outcome=\"routed\"}}")).copied()
     };
     assert_eq!((routed("premium"), routed("freemium")), (Some(1.0), Some(2.0)), "{m:?}");
+    drop(p);
+    relay_threads(&c);
+}
+
+/// `--threads`: 0 is refused with one line naming it (exit 2); with 3
+/// relay threads, sessions handed to each in turn, some at once, are
+/// served, and SIGINT stops the proxy cleanly.
+fn relay_threads(c: &Cluster) {
+    let zero = run_within(
+        c.plbbench(&["proxy", "--replicas", "1", "--strategy", "rr", "--threads", "0"]),
+        Duration::from_secs(30),
+    );
+    let err = text(&zero.stderr);
+    assert_eq!(zero.status.code(), Some(2), "{err}");
+    assert!(err.lines().count() == 1 && err.contains("--threads"), "{err}");
+    let port = free_port();
+    let stderr = c.root.join("threads.stderr");
+    let mut cmd = c.plbbench(&["proxy", "--replicas", "1", "--strategy", "rr", "--T", "10", "--threads", "3"]);
+    cmd.args(["--listen", &format!("127.0.0.1:{port}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&stderr).unwrap());
+    let mut child = cmd.spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    assert!(first.contains("3 relay threads"), "{first}");
+    let mut p = Proxy { child, _out: out, port, metrics: 0, stderr };
+    let together: Vec<_> = (0..4)
+        .map(|_| {
+            let mut cmd = Command::new("psql");
+            cmd.args(["-XAtq", &p.dsn("plbbench"), "-c", "SELECT pg_sleep(0.5), 40 + 2"]).env("PGAPPNAME", "free-t");
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+        })
+        .collect();
+    for s in together {
+        let out = s.wait_with_output().unwrap();
+        assert!(out.status.success() && text(&out.stdout).trim() == "|42", "{}", text(&out.stderr));
+    }
+    for app in ["premium-t", "free-t"] {
+        let (ok, rows, err) = p.psql("plbbench", "", app, "SELECT 40 + 2");
+        assert!(ok && rows == "42", "{app:?}: {rows} {err}");
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(p.child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let limit = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(s) = p.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < limit, "the proxy did not stop after SIGINT");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success() && p.stderr().contains("stopped: 6 sessions served"), "{status:?}: {}", p.stderr());
 }
 
 /// The Python environment scripts/install-pyclients.sh makes (psycopg 3,

@@ -161,13 +161,13 @@ impl Conn {
 
     /// SCRAM-SHA-256 without channel binding.
     async fn scram(&mut self, password: &[u8]) -> Result<(), WireError> {
-        let mut scram = sasl::ScramSha256::new(password, sasl::ChannelBinding::unsupported());
+        let scram = sasl::ScramSha256::new(password, sasl::ChannelBinding::unsupported());
         frontend::sasl_initial_response(sasl::SCRAM_SHA_256, scram.message(), &mut self.wbuf)?;
         self.flush().await?;
         let backend::Message::AuthenticationSaslContinue(body) = self.message().await? else {
             return Err(WireError::Unsupported("SCRAM: expected the server's first message".into()));
         };
-        scram.update(body.data())?;
+        let mut scram = salt(scram, body.data().to_vec()).await?;
         frontend::sasl_response(scram.message(), &mut self.wbuf)?;
         self.flush().await?;
         let backend::Message::AuthenticationSaslFinal(body) = self.message().await? else {
@@ -300,6 +300,17 @@ impl Conn {
             }
             self.fill().await?;
         }
+    }
+}
+
+/// The SCRAM client's answer to the server's first message: its key
+/// derivation (PBKDF2, 4096 rounds by default, about a millisecond of CPU)
+/// runs on tokio's blocking pool, so that it stalls no event loop (the
+/// proxy relays every session on one thread).
+async fn salt(mut scram: sasl::ScramSha256, server_first: Vec<u8>) -> Result<sasl::ScramSha256, WireError> {
+    match tokio::task::spawn_blocking(move || scram.update(&server_first).map(|()| scram)).await {
+        Ok(answered) => answered.map_err(WireError::from),
+        Err(e) => Err(WireError::Io(io::Error::other(format!("SCRAM key derivation: {e}")))),
     }
 }
 

@@ -51,6 +51,11 @@ pub struct ProxyArgs {
     /// Serve Prometheus metrics (the router's and the proxy's sessions) at this address.
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<SocketAddr>,
+    /// Threads that relay sessions: 1 serves every client on one thread, as PgBouncer does (the cheapest per
+    /// transaction); N>1 adds N-1 threads, each with its own event loop, and hands each new connection to the
+    /// next thread in turn (for more clients than one core can relay). 1 to 256.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub threads: usize,
     /// Write a JSON feed on stdout for the `run --via-proxy` that started this proxy.
     #[arg(long, hide = true)]
     pub feed: bool,
@@ -62,11 +67,17 @@ pub struct ProxyArgs {
     pub common: CommonArgs,
 }
 
+/// The most relay threads `--threads` takes.
+const MAX_THREADS: usize = 256;
+
 /// PgBouncer's port.
 const DEFAULT_LISTEN: &str = "127.0.0.1:6432";
 
 /// Runs the proxy until a signal.
 pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
+    if !(1..=MAX_THREADS).contains(&args.threads) {
+        return Err(input("--threads", format!("must be 1 to {MAX_THREADS}, not {}", args.threads)));
+    }
     let cfg = read_config(args.config.as_deref())?;
     let listen = args.listen.or(cfg.listen).unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("a valid address"));
     cfg.auth_on(listen).map_err(|e| input("--listen", e))?;
@@ -121,22 +132,28 @@ pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
         cluster: cluster.clone(),
         metrics,
         feed: args.feed,
+        threads: args.threads,
     };
     let auth = if input.users.is_some() { "scram-sha-256" } else { "trust" };
     let tls_mode = format!("{:?}", cfg.tls.mode).to_lowercase();
     let say = format!(
-        "plbbench proxy: listening on {listen} ({} over {} replicas, class by {:?} prefix {:?}, auth {auth}, tls {tls_mode})",
+        "plbbench proxy: listening on {listen} ({} over {} replicas, class by {:?} prefix {:?}, auth {auth}, tls {tls_mode}, \
+         {} relay thread{})",
         plan.variant(),
         plan.replicas,
         cfg.class.param,
-        cfg.class.premium_prefix
+        cfg.class.premium_prefix,
+        args.threads,
+        if args.threads == 1 { "" } else { "s" }
     );
     if args.feed {
         eprintln!("{say}");
     } else {
         println!("{say}");
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
+    // The first relay thread is this one: its event loop also accepts
+    // clients and runs the probes, the ticks and the metrics endpoint.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
     let out = runtime.block_on(serve(input)).context("serving clients")?;
     drop(runtime);
     drop(cluster);

@@ -12,7 +12,8 @@
 //! a run's go to events.csv; the run's Prometheus metrics are served with
 //! the proxy's own beside them. SIGINT or SIGTERM stops accepting, lets
 //! sessions finish for the configured drain time, then closes the rest
-//! with an error.
+//! with an error. Everything runs on one event loop, the caller's, unless
+//! more relay threads are asked for ([`workers`]).
 
 pub mod class_rule;
 pub mod config;
@@ -23,6 +24,7 @@ mod relay;
 pub mod scram;
 pub mod startup;
 pub mod tls;
+mod workers;
 
 use crate::backend::live_metrics::{self, LiveMetrics, SessionOutcome};
 use crate::backend::proxy_feed::{unix_now, Feed};
@@ -78,6 +80,8 @@ pub struct ProxyInput {
     /// Write the feed (`backend::proxy_feed`) on stdout instead of event
     /// lines on stderr: a proxy `run --via-proxy` started.
     pub feed: bool,
+    /// Relay threads, the caller's included (at least 1; see [`workers`]).
+    pub threads: usize,
 }
 
 /// How the proxy ended.
@@ -284,13 +288,18 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
     background.push(tokio::spawn(tick(shared.clone())));
     background.push(tokio::spawn(sample_cpu(shared.clone(), input.cluster)));
     let mut signals = Signals::require()?;
-    let next = AtomicU32::new(0);
+    let mut workers = workers::Workers::start(input.threads, &shared, input.login_timeout)?;
+    let mut next = 0u32;
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((sock, _)) = accepted else { continue };
-                let id = next.fetch_add(1, Ordering::Relaxed);
-                tokio::spawn(connection(shared.clone(), id, sock, input.login_timeout));
+                let id = next;
+                next = next.wrapping_add(1);
+                shared.open.fetch_add(1, Ordering::SeqCst);
+                if let Some(sock) = workers.hand(id, sock) {
+                    tokio::spawn(connection(shared.clone(), id, sock, input.login_timeout));
+                }
             }
             _ = signals.recv() => break,
         }
@@ -316,6 +325,7 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     background.iter().for_each(|t| t.abort());
+    workers.stop();
     Ok(ProxyOutcome { sessions: u64::from(shared.routed.load(Ordering::Relaxed)), cut })
 }
 
@@ -324,10 +334,10 @@ async fn stopping(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await.map(|_| ());
 }
 
-/// One client connection: log in within the deadline (in TLS once the
-/// client asks for it and the proxy offers it), then its session.
+/// One client connection, counted open by the accept loop: log in within
+/// the deadline (in TLS once the client asks for it and the proxy offers
+/// it), then its session.
 async fn connection(shared: Arc<Shared>, id: u32, sock: TcpStream, login_timeout: Duration) {
-    shared.open.fetch_add(1, Ordering::SeqCst);
     let _ = sock.set_nodelay(true);
     let mut sock = ClientStream::Plain(sock);
     let mut buf = BytesMut::with_capacity(1024);
@@ -401,12 +411,16 @@ async fn tick(shared: Arc<Shared>) {
 }
 
 /// Every second: each replica's cumulative CPU, read as a run reads it,
-/// for the controller (`Controller::sample`).
+/// for the controller (`Controller::sample`). The reading walks /proc or
+/// cgroup files, so it runs off the relay thread.
 async fn sample_cpu(shared: Arc<Shared>, cluster: Arc<Mutex<Cluster>>) {
     let mut every = tokio::time::interval(Duration::from_secs(1));
     loop {
         every.tick().await;
-        let cpu = cluster.lock().expect("cluster lock").cpu_readings();
+        let c = cluster.clone();
+        let Ok(cpu) = tokio::task::spawn_blocking(move || c.lock().expect("cluster lock").cpu_readings()).await else {
+            continue;
+        };
         shared.control(|ctl, now| ctl.c.sample(now, &cpu));
     }
 }
