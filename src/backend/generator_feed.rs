@@ -64,13 +64,16 @@ pub enum Line {
         /// Seconds late.
         s: f64,
     },
-    /// The last line: sessions still open per class, and whether the child
-    /// was stopped by a signal.
+    /// The last line: sessions still open per class, whether the child
+    /// was stopped by a signal, and how hard it worked.
     Done {
         /// Open sessions `[P, F]` at the end.
         in_flight: [u64; 2],
         /// Stopped by SIGINT or SIGTERM.
         interrupted: bool,
+        /// The child's own saturation guard (its CPU, its clients' lags).
+        #[serde(default)]
+        generator: Option<crate::core::saturation::GeneratorReport>,
     },
 }
 
@@ -146,7 +149,7 @@ mod tests {
                 abort: Some(AbortReason::Connect(ConnectError::Full)),
             }),
             Line::Lag { s: 0.001 },
-            Line::Done { in_flight: [1, 2], interrupted: false },
+            Line::Done { in_flight: [1, 2], interrupted: false, generator: None },
         ];
         for l in lines {
             assert_eq!(Line::parse(&l.line()).unwrap(), l);

@@ -35,6 +35,8 @@ pub struct RemoteEnd {
     pub in_flight: Option<[u64; 2]>,
     /// It was stopped by a signal.
     pub interrupted: bool,
+    /// Its own saturation guard.
+    pub generator: Option<crate::core::saturation::GeneratorReport>,
 }
 
 /// A record of a child, for the collector.
@@ -63,9 +65,10 @@ pub async fn forward(mut remote: Remote, send: impl Fn(Record)) -> RemoteEnd {
             Line::Ended(s) => send(Record::Ended(s)),
             Line::Lag { s } => send(Record::Lag(s)),
             Line::Started { late_s } => end.late_s = Some(late_s),
-            Line::Done { in_flight, interrupted } => {
+            Line::Done { in_flight, interrupted, generator } => {
                 end.in_flight = Some(in_flight);
                 end.interrupted = interrupted;
+                end.generator = generator;
             }
             Line::Ready { .. } => {}
         }

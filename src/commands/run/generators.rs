@@ -96,6 +96,9 @@ pub fn spawn(plan: &Plan) -> Result<Children, Error> {
         let mut cmd = Command::new(&exe);
         cmd.args(&argv).arg("--generator-child").arg(index.to_string());
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        // Its own process group: a Ctrl-C at the terminal reaches the run,
+        // which passes it on as one SIGTERM, so a child drains as the run does.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
         unsafe {
             std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
@@ -183,7 +186,8 @@ impl Children {
     }
 }
 
-/// The `generators` verdict: how many, their clocks against the run's.
+/// The `generators` verdict: how many, their clocks against the run's,
+/// and each one's saturation guard (it fails if any child was saturated).
 fn verdict(started: &[Started], ends: &[RemoteEnd], wall_minus_mono_s: f64) -> Verdict {
     let offsets: Vec<String> = started
         .iter()
@@ -191,12 +195,16 @@ fn verdict(started: &[Started], ends: &[RemoteEnd], wall_minus_mono_s: f64) -> V
         .map(|(s, e)| {
             let offset_us = (s.wall_minus_mono_s - wall_minus_mono_s) * 1e6;
             let late_ms = e.late_s.map_or("?".into(), |l| format!("{:.1}", l * 1000.0));
-            format!("g{} pid {}: wall clock {offset_us:+.0} us, started {late_ms} ms after time zero", e.index, e.pid)
+            let load = e.generator.as_ref().map_or("no load report".into(), |g| g.detail());
+            format!(
+                "g{} pid {}: wall clock {offset_us:+.0} us, started {late_ms} ms after time zero, {load}",
+                e.index, e.pid
+            )
         })
         .collect();
     Verdict {
         name: "generators".into(),
-        ok: true,
+        ok: ends.iter().all(|e| e.generator.as_ref().is_some_and(|g| !g.saturated)),
         detail: format!(
             "{} generator processes through one proxy, each counting from the run's time zero on this host's \
              monotonic clock; wall-minus-monotonic against the run's (records use the monotonic clock): {}",
@@ -269,7 +277,7 @@ pub fn child(plan: &Plan, index: u32) -> Result<(), Error> {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the tokio runtime")?;
     let (_, out) = runtime.block_on(driver::run(input, cluster, collector));
-    say(&Line::Done { in_flight: out.in_flight, interrupted: out.signal.is_some() });
+    say(&Line::Done { in_flight: out.in_flight, interrupted: out.signal.is_some(), generator: out.generator });
     Ok(())
 }
 
