@@ -162,6 +162,18 @@ fn duration_sets_the_time_scale() {
     }
 }
 
+/// `--generators N` needs real servers (the children go through a proxy)
+/// and a client each: refused with one line naming the flag, exit 2.
+#[test]
+fn generators_are_refused_where_they_cannot_run() {
+    for args in [&["--generators", "2"][..], &["--generators", "0"], &["--generators", "65"]] {
+        let out = sim_run(&tmp("generators-bad"), args);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.trim().lines().count() == 1 && err.contains("--generators"), "{args:?}: {err}");
+    }
+}
+
 /// `run --dry-run` prints the resolved plan, as text or JSON, starts
 /// nothing and writes nothing, even for a local cluster.
 #[test]

@@ -820,6 +820,61 @@ fn a_run_through_its_own_proxy() {
     }
 }
 
+/// `run --generators 2` (docs/scale.md): two generator processes through
+/// one proxy write one run folder whose books balance, each query once,
+/// Premium on Premium's replicas before the fault; the `generators` check
+/// states both children, and neither outlives the run.
+#[test]
+fn a_run_with_two_generators_through_one_proxy() {
+    if !have_postgres() {
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::up();
+    let out_dir = c.root.join("generators");
+    let mut cmd =
+        c.plbbench(&["run", "--workload", "analytics", "--T", "40", "--duration", "20s", "--generators", "2"]);
+    cmd.args(["--raw", "--checks", "warn", "--progress", "none", "--out", out_dir.to_str().unwrap()]);
+    let out = run_within(cmd, Duration::from_secs(180));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "run --generators 2: {stderr}");
+    assert!(stdout.contains("via a plbbench proxy process"), "{stdout}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("summary.json")).unwrap()).unwrap();
+    let verdict =
+        |name: &str| summary["verdicts"].as_array().unwrap().iter().find(|v| v["name"] == name).cloned().expect(name);
+    assert_eq!(verdict("accounting")["ok"], true);
+    assert_eq!(verdict("proxy")["ok"], true, "{}", verdict("proxy"));
+    let g = verdict("generators");
+    let detail = g["detail"].as_str().unwrap().to_string();
+    assert!(
+        detail.starts_with("2 generator processes") && detail.contains("g0 pid") && detail.contains("g1 pid"),
+        "{g}"
+    );
+    for pid in detail.split(" pid ").skip(1).map(|s| s.split(':').next().unwrap().parse::<i32>().unwrap()) {
+        assert!(!proxy_alive(pid), "generator {pid} outlived the run");
+    }
+    let queries = csv_rows(&out_dir.join("queries.csv"));
+    assert!(!queries.is_empty());
+    let mut seen = std::collections::BTreeSet::new();
+    for q in &queries {
+        assert!(seen.insert((q["session"].clone(), q["intended_us"].clone())), "a query counted twice: {q:?}");
+    }
+    let sessions: std::collections::BTreeSet<u64> = queries.iter().map(|q| q["session"].parse().unwrap()).collect();
+    assert!(sessions.iter().any(|s| s % 2 == 0) && sessions.iter().any(|s| s % 2 == 1), "both generators ran");
+    let events = csv_rows(&out_dir.join("events.csv"));
+    let first_fault: f64 = events.iter().find(|e| e["kind"] == "fault").expect("a fault row")["t_s"].parse().unwrap();
+    let before = |class: &str, replicas: &[&str]| {
+        queries
+            .iter()
+            .filter(|q| q["start_us"].parse::<f64>().unwrap() / 1e6 < first_fault && q["class"] == class)
+            .filter(|q| replicas.contains(&q["replica"].as_str()))
+            .count()
+    };
+    assert_eq!(before("F", &["r1", "r2"]), 0, "Freemium on a P replica before the fault");
+    assert_eq!(before("P", &["r4", "r5"]), 0, "Premium on an F replica before the fault");
+}
+
 /// No config file: `--listen 0.0.0.0:P` is refused before anything starts
 /// (exit 2, one line); on 127.0.0.1 the documented defaults serve psql
 /// (trust; `application_name` starting with `premium` is Premium, any

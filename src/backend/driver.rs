@@ -23,6 +23,8 @@
 //! and a dropped query is never recorded.
 
 use super::clock;
+use super::generator_feed::Line;
+use super::remote::{self, Record, Remote, RemoteEnd};
 use super::signals::Signals;
 use crate::backend::live_metrics::{self, LiveMetrics};
 use crate::backend::proxy_feed::{self, unix_now, Feed};
@@ -64,6 +66,32 @@ enum Msg {
     Generator(f64, f64, u64),
 }
 
+impl Msg {
+    /// The line a generator child sends its parent for this message, if
+    /// the parent wants it (records and lags; the child's samples, events
+    /// and CPU stay its own).
+    fn line(&self) -> Option<Line> {
+        Some(match self {
+            Msg::Query(q) => Line::Query(q.clone()),
+            Msg::Started(class, replica, t_s) => Line::Session { class: *class, replica: *replica, t_s: *t_s },
+            Msg::Ended(s) => Line::Ended(s.clone()),
+            Msg::Lag(s) => Line::Lag { s: *s },
+            _ => return None,
+        })
+    }
+}
+
+impl From<Record> for Msg {
+    fn from(r: Record) -> Msg {
+        match r {
+            Record::Query(q) => Msg::Query(q),
+            Record::Session(c, r, t) => Msg::Started(c, r, t),
+            Record::Ended(s) => Msg::Ended(s),
+            Record::Lag(l) => Msg::Lag(l),
+        }
+    }
+}
+
 /// Test-only knob (documented in docs/testing.md): busy-spin this
 /// many milliseconds of CPU inside the generator loop before every session
 /// start and query, to starve the generator on purpose so the saturation
@@ -96,7 +124,19 @@ pub struct DriverInput {
     /// `--via-proxy`: the proxy child the clients go through (it routes;
     /// the controller here only logs the faults).
     pub proxy: Option<ProxyLink>,
+    /// The run's time zero (`None`: when the driver starts): a generator
+    /// child counts from its parent's.
+    pub start: Option<std::time::Instant>,
+    /// A generator child: where each of its records goes, besides its
+    /// collector (its parent's stdin, `backend::generator_feed`).
+    pub tap: Option<Tap>,
+    /// `--generators N`: the generator children whose records this run
+    /// collects with its own.
+    pub remotes: Vec<Remote>,
 }
+
+/// A generator child's outlet for its records.
+pub type Tap = Box<dyn FnMut(Line) + Send>;
 
 /// `run --via-proxy`: how the clients reach the proxy child and what it
 /// reports (`backend::proxy_feed`).
@@ -143,6 +183,9 @@ pub struct DriverOutcome {
     pub ended_s: f64,
     /// How hard plbbench itself worked (the saturation guard's verdict).
     pub generator: Option<GeneratorReport>,
+    /// `--generators N`: what each child delivered (its open sessions are
+    /// in `in_flight` already).
+    pub remotes: Vec<RemoteEnd>,
 }
 
 /// Shared state of one run.
@@ -284,9 +327,10 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
         Some(l) => (Some(Proxied { configs: l.configs, view: Mutex::new(None) }), Some((l.feed, l.start_unix_s))),
         None => (None, None),
     };
-    let started_unix_s = unix_now();
+    let start = input.start.map_or_else(Instant::now, Instant::from_std);
+    let started_unix_s = unix_now() - start.elapsed().as_secs_f64();
     let ctx = Arc::new(Ctx {
-        start: Instant::now(),
+        start,
         workload: input.workload.clone(),
         control: Mutex::new(Control::new(input.control)),
         configs,
@@ -304,7 +348,16 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
     refresh_live(&ctx);
     let server = input.metrics.zip(ctx.live.clone()).map(|(l, m)| tokio::spawn(live_metrics::serve(l, m)));
     let lines = (input.progress == crate::progress::Shown::Lines).then_some(input.duration_s);
-    let collecting = tokio::spawn(collect(rx, collector, lines, ctx.live.clone()));
+    let collecting = tokio::spawn(collect(rx, collector, lines, ctx.live.clone(), input.tap));
+    let pids: Vec<i32> = input.remotes.iter().map(|r| r.pid).collect();
+    let forwarders: Vec<_> = input
+        .remotes
+        .into_iter()
+        .map(|r| {
+            let ctx = ctx.clone();
+            tokio::spawn(async move { remote::forward(r, |rec| ctx.send(rec.into())).await })
+        })
+        .collect();
     let clients: Vec<_> =
         input.clients.into_iter().enumerate().map(|(i, c)| tokio::spawn(client(ctx.clone(), i as u32, c))).collect();
     let admitter = gated.then(|| tokio::spawn(admit_waiting(ctx.clone())));
@@ -319,6 +372,9 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
     };
     if let Some((_, t)) = interrupted {
         ctx.cut_at(t + DRAIN.as_secs_f64());
+        for pid in &pids {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), nix::sys::signal::Signal::SIGTERM);
+        }
     }
     let _ = stop_tx.send(true);
     let drained = match interrupted {
@@ -326,10 +382,18 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
         None => None,
     };
     let _ = abort_tx.send(true);
-    let in_flight = match drained {
+    let mut in_flight = match drained {
         Some(n) => n,
         None => clients.await.expect("client tasks"),
     };
+    let mut remotes = Vec::new();
+    for f in forwarders {
+        let end = f.await.expect("generator forwarder");
+        for (sum, n) in in_flight.iter_mut().zip(end.in_flight.unwrap_or_default()) {
+            *sum += n;
+        }
+        remotes.push(end);
+    }
     let _ = injector.await;
     if let Some(p) = prober {
         let _ = p.await;
@@ -357,7 +421,15 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
     let generator = Some(load.report(own_peak_rss_kib()));
     (
         collector,
-        DriverOutcome { in_flight, partial: interrupted_s.is_some(), interrupted_s, signal, ended_s, generator },
+        DriverOutcome {
+            in_flight,
+            partial: interrupted_s.is_some(),
+            interrupted_s,
+            signal,
+            ended_s,
+            generator,
+            remotes,
+        },
     )
 }
 
@@ -409,10 +481,14 @@ async fn collect(
     mut col: Collector,
     lines: Option<f64>,
     live: Option<Arc<Mutex<LiveMetrics>>>,
+    mut tap: Option<Tap>,
 ) -> (Collector, GeneratorLoad) {
     let mut load = GeneratorLoad::new();
     let mut due = crate::core::status::Schedule::default();
     while let Some(m) = rx.recv().await {
+        if let (Some(tap), Some(line)) = (&mut tap, m.line()) {
+            tap(line);
+        }
         match m {
             Msg::Query(q) => {
                 if let Some(live) = &live {

@@ -211,6 +211,20 @@ impl ExternalCluster {
         Ok(c)
     }
 
+    /// The replicas of a cluster another plbbench process opened and
+    /// checked (a `run --generators` child): no dataset check, no CPU
+    /// sampler, no fault commands.
+    pub fn unchecked(configs: Vec<tokio_postgres::Config>) -> ExternalCluster {
+        let k = configs.len();
+        ExternalCluster {
+            configs,
+            commands: BTreeMap::new(),
+            version: String::new(),
+            cpu: Arc::new(Mutex::new(vec![None; k])),
+            stop: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
     /// Number of replicas K.
     pub fn replicas(&self) -> usize {
         self.configs.len()

@@ -260,7 +260,8 @@ impl fmt::Display for EventKind {
 }
 
 /// Why a query failed (queries.csv `error`, the error counts of summary.json).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum QueryError {
     /// The connection broke (its server died): `connection lost`.
     ConnectionLost,
@@ -307,7 +308,8 @@ pub fn max_connections_for(clients: u32) -> u32 {
 }
 
 /// Why a session could not connect.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ConnectError {
     /// The server refused the connection: `connect refused`.
     Refused,
@@ -348,7 +350,8 @@ impl fmt::Display for ConnectError {
 }
 
 /// Why a session was aborted: it could not connect, or a query failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum AbortReason {
     /// The connection was not made.
     Connect(ConnectError),

@@ -62,6 +62,14 @@ pub struct RunArgs {
     /// with --detection oracle or --admission modes.
     #[arg(long)]
     pub via_proxy: bool,
+    /// Drive the clients from N generator processes on this host, each with its share of --T (every Nth client,
+    /// with its own seed stream), all through one `plbbench proxy` (implies --via-proxy); the run collects their
+    /// records into one run folder. Real clusters only.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub generators: u32,
+    /// Internal: this process is generator I (0-based) of a `--generators N` run, started by it.
+    #[arg(long, hide = true, value_name = "I")]
+    pub generator_child: Option<u32>,
     /// Where an external cluster is.
     #[command(flatten)]
     pub external: ExternalArgs,

@@ -23,7 +23,8 @@ use anyhow::Context;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-fn clients(plan: &Plan) -> Vec<schedule::Client> {
+/// Every client's script, from the plan's seed.
+pub fn clients(plan: &Plan) -> Vec<schedule::Client> {
     schedule::clients(plan.clients, plan.premium_pct, plan.ramp_s, plan.seed)
 }
 
@@ -175,12 +176,24 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
         None => None,
     };
     let (proxy, link) = proxy.map_or((None, None), |(p, l)| (Some(p), Some(l)));
+    let mut children = match (plan.generators > 1, &proxy) {
+        (true, Some(p)) => Some((super::generators::spawn(plan)?, p.addr)),
+        _ => None,
+    };
+    let wall_minus_mono_s = crate::backend::generator_feed::wall_minus_mono_s();
+    let (start, remotes) = match &mut children {
+        Some((c, addr)) => {
+            let (start, remotes) = c.go(*addr, &cluster);
+            (Some(start), remotes)
+        }
+        None => (None, Vec::new()),
+    };
     let cluster = Arc::new(Mutex::new(cluster));
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the tokio runtime")?;
     let input = DriverInput {
         workload: Arc::new(plan.workload.clone()),
-        clients: clients(plan),
+        clients: if remotes.is_empty() { clients(plan) } else { Vec::new() },
         control: control(plan),
         faults: plan.faults.clone(),
         duration_s: plan.duration_s,
@@ -189,6 +202,9 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
         cpus: plan.cpus,
         metrics,
         proxy: link,
+        start,
+        tap: None,
+        remotes,
     };
     let (mut collector, out) = runtime.block_on(driver::run(input, cluster.clone(), collector));
     let planned_end = out.interrupted_s.map_or(plan.duration_s, |t| t + driver::DRAIN.as_secs_f64());
@@ -197,6 +213,10 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
         collector.truncate(t);
     }
     drop(runtime);
+    let generators_verdict = match children {
+        Some((c, _)) => Some(c.finish(&out.remotes, wall_minus_mono_s)?),
+        None => None,
+    };
     let via_proxy = proxy.as_ref().map(|p| p.describe());
     let proxy_verdict = proxy.map(|p| p.stop());
     let mut cluster = Arc::try_unwrap(cluster).expect("no task holds the cluster").into_inner().expect("lock");
@@ -213,6 +233,7 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
             .chain(out.generator.as_ref().map(generator_verdict))
             .chain(cpu_verdict)
             .chain(proxy_verdict)
+            .chain(generators_verdict)
             .collect(),
         interrupted_by: out.signal,
         stop_overrun_s: Some(overrun_s),

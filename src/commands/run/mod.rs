@@ -24,6 +24,7 @@ use std::time::Instant;
 
 pub mod args;
 mod dry_run;
+pub mod generators;
 pub mod launch;
 mod memory;
 pub mod plan;
@@ -38,6 +39,9 @@ pub mod via_proxy;
 pub fn run(args: RunArgs) -> Result<(), Error> {
     let (format, dry) = (args.format, args.dry_run);
     let plan = Plan::new(args)?;
+    if let Some(index) = plan.generator_child {
+        return generators::child(&plan, index);
+    }
     if dry {
         println!("{}", dry_run::render(&plan, format).trim_end());
         return Ok(());

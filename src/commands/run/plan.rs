@@ -153,6 +153,11 @@ pub struct Plan {
     /// `--via-proxy`: the routing flags of the proxy child (see
     /// `via_proxy::flags`); `None`: the clients route themselves.
     pub via_proxy: Option<Vec<String>>,
+    /// `--generators`: how many generator processes drive the clients.
+    pub generators: u32,
+    /// `--generator-child`: this process is that generator of a
+    /// `--generators` run.
+    pub generator_child: Option<u32>,
 }
 
 /// Parses `P:F` percentages summing to 100; returns P.
@@ -304,7 +309,8 @@ fn time_scale(duration: Option<Duration>, time_scale: f64, w: &Workload) -> Resu
 
 impl Plan {
     /// Validates `args` into a plan.
-    pub fn new(args: RunArgs) -> Result<Plan, Error> {
+    pub fn new(mut args: RunArgs) -> Result<Plan, Error> {
+        args.via_proxy |= super::generators::check(&args)?;
         let c = &args.common;
         let premium_pct = parse_mix(&args.mix)?;
         let (reference, split) = check_numbers(c, args.strategy)?;
@@ -393,6 +399,8 @@ impl Plan {
             out,
             checks: c.checks,
             via_proxy,
+            generators: args.generators,
+            generator_child: args.generator_child,
         })
     }
 

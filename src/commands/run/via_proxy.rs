@@ -91,7 +91,7 @@ pub fn flags(args: &RunArgs, time_scale: f64) -> Result<Option<Vec<String>>, Err
 }
 
 /// A libpq key/value DSN for `cfg` (host, port, user, password, dbname).
-fn dsn(cfg: &tokio_postgres::Config) -> String {
+pub(crate) fn dsn(cfg: &tokio_postgres::Config) -> String {
     let quote = |v: &str| match v.is_empty() || v.contains([' ', '\'', '\\']) {
         true => format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'")),
         false => v.to_string(),
@@ -180,17 +180,24 @@ pub fn start(cluster: &Cluster, flags: &[String], w: &Workload) -> Result<(Proxy
     };
     let proxy = ProxyChild { child, dir, addr };
     let base = cluster.config(0);
+    let configs = client_configs(addr, base.get_user().unwrap_or("postgres"), base.get_dbname());
+    eprintln!("plbbench: clients go through a plbbench proxy process at {addr} (pid {})", proxy.child.id());
+    Ok((proxy, ProxyLink { configs, start_unix_s, feed }))
+}
+
+/// How the run's clients log in through the proxy at `addr`, Premium then
+/// Freemium (their application_name tells the proxy the class).
+pub fn client_configs(addr: std::net::SocketAddr, user: &str, dbname: Option<&str>) -> [tokio_postgres::Config; 2] {
     let mut cfg = tokio_postgres::Config::new();
     cfg.host(addr.ip().to_string()).port(addr.port());
-    cfg.user(base.get_user().unwrap_or("postgres"));
-    if let Some(d) = base.get_dbname() {
+    cfg.user(user);
+    if let Some(d) = dbname {
         cfg.dbname(d);
     }
     let mut premium = cfg.clone();
     premium.application_name(PREMIUM_APP);
     cfg.application_name(FREEMIUM_APP);
-    eprintln!("plbbench: clients go through a plbbench proxy process at {addr} (pid {})", proxy.child.id());
-    Ok((proxy, ProxyLink { configs: [premium, cfg], start_unix_s, feed }))
+    [premium, cfg]
 }
 
 impl ProxyChild {

@@ -16,7 +16,7 @@ mod fleet;
 pub use fleet::{is_fleet, RoleRow, FLEET_ROWS};
 
 /// One finished query (times in seconds from run start).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QueryRecord {
     /// Session number (unique within the run).
     pub session: u64,
@@ -35,7 +35,7 @@ pub struct QueryRecord {
 }
 
 /// One ended session.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SessionRecord {
     /// Class.
     pub class: Class,

@@ -1,0 +1,178 @@
+//! `run --generators N` ([scale](docs/scale.md#several-generators-through-one-proxy)):
+//! what passes between the run and its generator child processes. The
+//! parent tells each child when time zero is and where the proxy listens
+//! ([`Go`], one JSON line on the child's stdin); the child sends back its
+//! clock, then every raw record its clients produce, then its books
+//! ([`Line`], one JSON line each on its stdout). The parent feeds the
+//! records into its one collector, so phases, series and summary are
+//! computed exactly as for a single generator (the histograms are filled
+//! from every record; no percentile is ever averaged). Both ends use the
+//! types here, so the format has one definition.
+
+use crate::core::metrics::{QueryRecord, SessionRecord};
+use crate::core::model::{Class, ReplicaId};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+
+/// The parent's word to a child: start.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Go {
+    /// The run's time zero on CLOCK_MONOTONIC, nanoseconds: the child's
+    /// clock counts from it, so every record is on the run's clock.
+    pub start_mono_ns: u64,
+    /// Where the proxy accepts the run's clients.
+    pub proxy: SocketAddr,
+    /// The user the clients log in as.
+    pub user: String,
+    /// The database, if the cluster names one.
+    pub dbname: Option<String>,
+    /// The replicas as libpq DSNs (the child only counts them: the proxy
+    /// reaches them).
+    pub dsns: Vec<String>,
+}
+
+/// One line from a child.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Line {
+    /// The first line, before [`Go`]: the child's wall clock minus its
+    /// monotonic clock, seconds (the parent compares it with its own).
+    Ready {
+        /// CLOCK_REALTIME - CLOCK_MONOTONIC at the child.
+        wall_minus_mono_s: f64,
+    },
+    /// The child read [`Go`] this long after the run's time zero, seconds.
+    Started {
+        /// Its lateness.
+        late_s: f64,
+    },
+    /// A finished query (its session number is the child's own).
+    Query(QueryRecord),
+    /// A session the proxy placed: class, replica, run time.
+    Session {
+        /// Class.
+        class: Class,
+        /// Replica.
+        replica: ReplicaId,
+        /// Run time, seconds.
+        t_s: f64,
+    },
+    /// An ended session.
+    Ended(SessionRecord),
+    /// Schedule lag of a session start or query, seconds.
+    Lag {
+        /// Seconds late.
+        s: f64,
+    },
+    /// The last line: sessions still open per class, whether the child
+    /// was stopped by a signal, and how hard it worked.
+    Done {
+        /// Open sessions `[P, F]` at the end.
+        in_flight: [u64; 2],
+        /// Stopped by SIGINT or SIGTERM.
+        interrupted: bool,
+        /// The child's own saturation guard (its CPU, its clients' lags).
+        #[serde(default)]
+        generator: Option<crate::core::saturation::GeneratorReport>,
+    },
+}
+
+impl Line {
+    /// The line written for this message (no newline).
+    pub fn line(&self) -> String {
+        serde_json::to_string(self).expect("a generator line serialises")
+    }
+
+    /// Reads one line.
+    pub fn parse(line: &str) -> Result<Line, serde_json::Error> {
+        serde_json::from_str(line)
+    }
+}
+
+impl Go {
+    /// The line written for this message (no newline).
+    pub fn line(&self) -> String {
+        serde_json::to_string(self).expect("a go line serialises")
+    }
+}
+
+/// CLOCK_MONOTONIC now, nanoseconds: the clock every process on this host
+/// shares (Rust's `Instant` reads it too).
+pub fn mono_ns() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC is readable");
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
+
+/// CLOCK_REALTIME - CLOCK_MONOTONIC now, seconds.
+pub fn wall_minus_mono_s() -> f64 {
+    super::proxy_feed::unix_now() - mono_ns() as f64 / 1e9
+}
+
+/// The `Instant` of CLOCK_MONOTONIC value `mono_ns` (in the past).
+pub fn instant_of(mono_ns_then: u64) -> std::time::Instant {
+    let ago = mono_ns().saturating_sub(mono_ns_then);
+    std::time::Instant::now() - std::time::Duration::from_nanos(ago)
+}
+
+/// Session number `s` of generator `index` of `n` as a run-wide number:
+/// every generator numbers its sessions 1, 2, ...; interleaved, they stay
+/// unique.
+pub fn run_session(s: u64, index: u32, n: u32) -> u64 {
+    s.saturating_sub(1) * u64::from(n) + u64::from(index) + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::model::{AbortReason, ConnectError, QueryError};
+
+    #[test]
+    fn every_line_reads_back_as_written() {
+        let lines = [
+            Line::Ready { wall_minus_mono_s: 1.7e9 },
+            Line::Started { late_s: 0.004 },
+            Line::Query(QueryRecord {
+                session: 3,
+                class: Class::P,
+                replica: ReplicaId(1),
+                intended_s: 1.25,
+                start_s: 1.5,
+                end_s: 1.75,
+                error: Some(QueryError::ConnectionLost),
+            }),
+            Line::Session { class: Class::F, replica: ReplicaId(4), t_s: 2.0 },
+            Line::Ended(SessionRecord {
+                class: Class::F,
+                replica: ReplicaId(4),
+                start_s: 2.0,
+                end_s: 3.0,
+                abort: Some(AbortReason::Connect(ConnectError::Full)),
+            }),
+            Line::Lag { s: 0.001 },
+            Line::Done { in_flight: [1, 2], interrupted: false, generator: None },
+        ];
+        for l in lines {
+            assert_eq!(Line::parse(&l.line()).unwrap(), l);
+        }
+        assert!(Line::parse("{\"query\":{}}").is_err());
+    }
+
+    #[test]
+    fn sessions_of_different_generators_never_share_a_number() {
+        let mut seen = std::collections::BTreeSet::new();
+        for index in 0..3 {
+            for s in 1..=50 {
+                assert!(seen.insert(run_session(s, index, 3)));
+            }
+        }
+        assert_eq!(run_session(1, 0, 1), 1);
+    }
+
+    #[test]
+    fn an_instant_from_the_monotonic_clock_is_that_long_ago() {
+        let then = mono_ns();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let ago = instant_of(then).elapsed();
+        assert!(ago >= std::time::Duration::from_millis(20) && ago < std::time::Duration::from_secs(1), "{ago:?}");
+    }
+}

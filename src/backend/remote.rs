@@ -1,0 +1,77 @@
+//! `run --generators N`: the driver's side of its generator children. Each
+//! child's lines ([`generator_feed::Line`]) arrive on a channel; here they
+//! become the driver's own messages (its session numbers made run-wide), so
+//! the one collector counts a child's queries and sessions as it counts its
+//! own. What each child said of its clock and its books at the end is kept
+//! for the run's accounting: a child whose stream ends without its books
+//! died, and its sessions cannot be accounted.
+
+use super::generator_feed::{self, Line};
+use tokio::sync::mpsc;
+
+/// A generator child as the driver sees it.
+pub struct Remote {
+    /// Its index, 0-based, and how many there are.
+    pub index: u32,
+    /// How many generators share the clients.
+    pub of: u32,
+    /// Its process id (to stop it when the run is interrupted).
+    pub pid: i32,
+    /// Its lines after the first ([`Line::Ready`], read before the start).
+    pub lines: mpsc::UnboundedReceiver<Line>,
+}
+
+/// What one child delivered.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RemoteEnd {
+    /// Its index, 0-based.
+    pub index: u32,
+    /// Its process id.
+    pub pid: i32,
+    /// How late it read the start, seconds after time zero.
+    pub late_s: Option<f64>,
+    /// Its books: sessions open at the end `[P, F]`; `None`: it never sent
+    /// them (it died).
+    pub in_flight: Option<[u64; 2]>,
+    /// It was stopped by a signal.
+    pub interrupted: bool,
+    /// Its own saturation guard.
+    pub generator: Option<crate::core::saturation::GeneratorReport>,
+}
+
+/// A record of a child, for the collector.
+pub enum Record {
+    /// A finished query.
+    Query(crate::core::metrics::QueryRecord),
+    /// A placed session: class, replica, time.
+    Session(crate::core::model::Class, crate::core::model::ReplicaId, f64),
+    /// An ended session.
+    Ended(crate::core::metrics::SessionRecord),
+    /// Schedule lag, seconds.
+    Lag(f64),
+}
+
+/// Passes every record of `remote` to `send` until its stream ends;
+/// returns what it delivered.
+pub async fn forward(mut remote: Remote, send: impl Fn(Record)) -> RemoteEnd {
+    let mut end = RemoteEnd { index: remote.index, pid: remote.pid, ..RemoteEnd::default() };
+    while let Some(line) = remote.lines.recv().await {
+        match line {
+            Line::Query(mut q) => {
+                q.session = generator_feed::run_session(q.session, remote.index, remote.of);
+                send(Record::Query(q));
+            }
+            Line::Session { class, replica, t_s } => send(Record::Session(class, replica, t_s)),
+            Line::Ended(s) => send(Record::Ended(s)),
+            Line::Lag { s } => send(Record::Lag(s)),
+            Line::Started { late_s } => end.late_s = Some(late_s),
+            Line::Done { in_flight, interrupted, generator } => {
+                end.in_flight = Some(in_flight);
+                end.interrupted = interrupted;
+                end.generator = generator;
+            }
+            Line::Ready { .. } => {}
+        }
+    }
+    end
+}
