@@ -464,13 +464,13 @@ fn pgbench_by_class(c: &Cluster, p: &Proxy) {
     let init = run_within(p.pgbench("premium-init", &["-i", "-q", "-s", "1"]), Duration::from_secs(120));
     assert!(init.status.success(), "pgbench -i through the proxy: {}", text(&init.stderr));
     let mut prem = p
-        .pgbench("premium-bench", &["-n", "-S", "-c", "4", "-j", "2", "-T", "6"])
+        .pgbench("premium-bench", &["-n", "-S", "-c", "4", "-j", "2", "-T", "15"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut free = p
-        .pgbench("free-bench", &["-n", "-S", "-c", "8", "-j", "2", "-T", "6"])
+        .pgbench("free-bench", &["-n", "-S", "-c", "8", "-j", "2", "-T", "15"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -478,7 +478,11 @@ fn pgbench_by_class(c: &Cluster, p: &Proxy) {
     std::thread::sleep(Duration::from_millis(1500));
     let mut all_seen = false;
     let mut last = String::new();
-    for _ in 0..6 {
+    // Polled for up to ~12 s of the runs' 15: on a busy CI machine the
+    // sessions may take seconds to be up through the proxy, and each poll
+    // (ten psql calls) takes its own time.
+    let polls_until = std::time::Instant::now() + Duration::from_secs(12);
+    while std::time::Instant::now() < polls_until {
         let roles = p.roles();
         let seen = c.classes_seen(&[true; 5]);
         all_seen |= check_apart(&roles, &seen) == (4, 8);
