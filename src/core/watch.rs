@@ -196,11 +196,13 @@ impl Watch {
         if router.is_healthy(r) == up {
             return;
         }
-        let before: Vec<Role> = ReplicaId::all(self.ramp.len()).map(|i| router.role(i)).collect();
+        let slow_start = self.recovery == Recovery::SlowStart;
+        let before: Option<Vec<Role>> =
+            slow_start.then(|| ReplicaId::all(self.ramp.len()).map(|i| router.role(i)).collect());
         router.set_health(r, up);
         notes.push((EventKind::Detect, r, format!("{} ({how})", if up { "up" } else { "down" })));
         self.ramp[r.idx()] = None;
-        if self.recovery == Recovery::SlowStart {
+        if let Some(before) = before {
             self.slow_start(router, &before, r, now_s, notes);
         }
         if up && self.recovery != Recovery::None {
