@@ -12,12 +12,19 @@
 # counted by `perf stat -e raw_syscalls:sys_enter -p PID` when perf works
 # here; else by `strace -c -f -p PID` in a separate run of the same length
 # (strace slows the process, so its CPU is not taken from that run); else
-# they are "not measured". Both are divided by the transactions pgbench
-# completed. Prints a markdown table (tool, clients, round, tps, CPU us/txn,
-# syscalls/txn), then per client count the medians and plbbench's ratios to
-# PgBouncer's.
+# they are "not measured". Its context switches are read from
+# /proc/PID/task/*/status (summed over its threads): voluntary ones are its
+# sleeps (each one a wake-up later), nonvoluntary ones its preemptions. All
+# are divided by the transactions pgbench completed. Before the runs, each
+# middleman's wake-ups per second while idle (no client) are counted over
+# IDLE seconds. The proxy runs in a session of its own (`setsid`), as
+# PgBouncer does once it daemonises: otherwise the kernel's autogroup
+# scheduling would put it in one CPU group with pgbench and PgBouncer in a
+# group alone. Prints a markdown table (tool, clients, round, tps, CPU
+# us/txn, syscalls/txn, sleeps/txn, preemptions/txn), then per client count
+# the medians and plbbench's ratios to PgBouncer's.
 #
-# Usage: scripts/proxy-cost.sh [ROUNDS (3)] [SECONDS (10)] [SCALE (10)] [CLIENTS ("16 64")]
+# Usage: scripts/proxy-cost.sh [ROUNDS (3)] [SECONDS (10)] [SCALE (10)] [CLIENTS ("16 64")] [IDLE (10)]
 # Bounded: every pgbench run is killed 60 s past SECONDS. Run as root or as
 # a user that may run `plbbench cluster up`; as root, PgBouncer runs as the
 # `postgres` user (it refuses root).
@@ -30,6 +37,7 @@ rounds=${1:-3}
 secs=${2:-10}
 scale=${3:-10}
 clients_list=${4:-16 64}
+idle_secs=${5:-10}
 name=proxy-cost
 
 die() { printf '%s: error: %s\n' "$name" "$*" >&2; exit 1; }
@@ -83,8 +91,10 @@ PGPASSWORD=$password "$pgbench" -i -q -s "$scale" -h 127.0.0.1 -p "$port" -U plb
     || { cat "$work/init.log" >&2; die "pgbench -i failed"; }
 
 proxy_port=$(free_port)
-log "plbbench proxy on 127.0.0.1:$proxy_port"
-"$bin" proxy --replicas 1 --strategy rr --T 64 --listen "127.0.0.1:$proxy_port" >"$work/proxy.out" 2>"$work/proxy.err" &
+log "plbbench proxy on 127.0.0.1:$proxy_port (a session of its own)"
+# setsid execs the proxy in this process (a background job is no process
+# group leader), so $! is the proxy's pid.
+setsid "$bin" proxy --replicas 1 --strategy rr --T 64 --listen "127.0.0.1:$proxy_port" >"$work/proxy.out" 2>"$work/proxy.err" &
 proxy_pid=$!
 
 bouncer_port=$(free_port)
@@ -99,6 +109,7 @@ for p in "$proxy_port" "$bouncer_port"; do
         || { cat "$work/proxy.err" >&2; die "nothing answers on port $p"; }
 done
 bouncer_pid=$(cat "$work/pgbouncer.pid")
+[[ $(readlink "/proc/$proxy_pid/exe") == "$(readlink -f "$bin")" ]] || die "pid $proxy_pid is not the proxy"
 
 syscalls_by=none
 if perf stat -e raw_syscalls:sys_enter -x, -o "$work/perf.probe" -p "$proxy_pid" -- sleep 0.2 >/dev/null 2>&1 \
@@ -111,6 +122,11 @@ log "system calls counted by: $syscalls_by"
 
 # cpu_ticks PID: user + system clock ticks of the whole process so far.
 cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
+# switches PID: "voluntary nonvoluntary" context switches so far, summed
+# over the process's threads.
+switches() {
+    cat "/proc/$1"/task/*/status | awk '/^voluntary_ctxt_switches/ {v += $2} /^nonvoluntary_ctxt_switches/ {n += $2} END {print v + 0, n + 0}'
+}
 
 # bench PORT N: runs pgbench; prints "tps transactions".
 bench() {
@@ -124,10 +140,12 @@ bench() {
     echo "$tps $txns"
 }
 
-# measure PID PORT N: "tps cpu_us_per_txn syscalls_per_txn" for one run.
+# measure PID PORT N: "tps cpu_us_per_txn syscalls_per_txn sleeps_per_txn
+# preemptions_per_txn" for one run.
 measure() {
-    local pid=$1 before after run tps txns calls= txns_for_calls=
+    local pid=$1 before after run tps txns calls= txns_for_calls= v0 n0 v1 n1
     before=$(cpu_ticks "$pid")
+    read -r v0 n0 <<<"$(switches "$pid")"
     if [[ $syscalls_by == perf ]]; then
         perf stat -e raw_syscalls:sys_enter -x, -o "$work/perf.txt" -p "$pid" >/dev/null 2>&1 &
         local perf_pid=$!
@@ -140,6 +158,7 @@ measure() {
         run=$(bench "$2" "$3")
     fi
     after=$(cpu_ticks "$pid")
+    read -r v1 n1 <<<"$(switches "$pid")"
     read -r tps txns <<<"$run"
     if [[ $syscalls_by == strace ]]; then
         # A second run under strace, for the calls only.
@@ -157,23 +176,35 @@ measure() {
     if [[ -n $calls && $calls =~ ^[0-9]+$ ]]; then
         per_call=$(echo "$calls / ${txns_for_calls:-$txns}" | bc -l)
     fi
-    echo "$tps $cpu_us $per_call"
+    echo "$tps $cpu_us $per_call $(echo "($v1 - $v0) / $txns" | bc -l) $(echo "($n1 - $n0) / $txns" | bc -l)"
 }
 median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 fmt() { [[ $1 =~ ^[0-9.]+$ ]] && printf "%.${2}f" "$1" || printf '%s' "$1"; }
 
 declare -A pid_of=([plbbench-proxy]=$proxy_pid [pgbouncer]=$bouncer_pid)
 declare -A port_of=([plbbench-proxy]=$proxy_port [pgbouncer]=$bouncer_port)
-declare -A tps_all=() cpu_all=() calls_all=()
-echo "| tool | clients | round | tps | CPU us/txn | syscalls/txn |"
-echo "| --- | --- | --- | --- | --- | --- |"
+declare -A tps_all=() cpu_all=() calls_all=() sleeps_all=() preempt_all=()
+
+# Wake-ups per second with no client: what a middleman's own timers cost.
+declare -A idle_wakes=()
+for t in plbbench-proxy pgbouncer; do
+    read -r v0 _ <<<"$(switches "${pid_of[$t]}")"
+    sleep "$idle_secs"
+    read -r v1 _ <<<"$(switches "${pid_of[$t]}")"
+    idle_wakes[$t]=$(echo "($v1 - $v0) / $idle_secs" | bc -l)
+done
+
+echo "| tool | clients | round | tps | CPU us/txn | syscalls/txn | sleeps/txn | preemptions/txn |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 for n in $clients_list; do
     for i in $(seq "$rounds"); do
         if (( i % 2 )); then order=(plbbench-proxy pgbouncer); else order=(pgbouncer plbbench-proxy); fi
         for t in "${order[@]}"; do
             got=$(measure "${pid_of[$t]}" "${port_of[$t]}" "$n")
-            read -r tps cpu calls <<<"$got"
-            printf '| %s | %d | %d | %.0f | %.2f | %s |\n' "$t" "$n" "$i" "$tps" "$cpu" "$(fmt "$calls" 2)"
+            read -r tps cpu calls sleeps preempt <<<"$got"
+            printf '| %s | %d | %d | %.0f | %.2f | %s | %.3f | %.3f |\n' "$t" "$n" "$i" "$tps" "$cpu" "$(fmt "$calls" 2)" "$sleeps" "$preempt"
+            sleeps_all[$t,$n]+="$sleeps "
+            preempt_all[$t,$n]+="$preempt "
             tps_all[$t,$n]+="$tps "
             cpu_all[$t,$n]+="$cpu "
             [[ $calls =~ ^[0-9.]+$ ]] && calls_all[$t,$n]+="$calls "
@@ -183,17 +214,21 @@ done
 med() { tr ' ' '\n' <<<"${1:-}" | grep . | median; }
 ratio() { [[ $1 =~ ^[0-9.]+$ && $2 =~ ^[0-9.]+$ ]] && printf '%.2f' "$(echo "$1 / $2" | bc -l)" || printf 'not measured'; }
 echo
-echo "| clients | tps (plbbench / PgBouncer) | CPU us/txn plbbench | PgBouncer | ratio | syscalls/txn plbbench | PgBouncer | ratio |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+echo "| clients | tps (plbbench / PgBouncer) | CPU us/txn plbbench | PgBouncer | ratio | syscalls/txn plbbench | PgBouncer | ratio | sleeps/txn plbbench | PgBouncer | preemptions/txn plbbench | PgBouncer |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for n in $clients_list; do
     tp=$(med "${tps_all[plbbench-proxy,$n]}") tb=$(med "${tps_all[pgbouncer,$n]}")
     cp=$(med "${cpu_all[plbbench-proxy,$n]}") cb=$(med "${cpu_all[pgbouncer,$n]}")
     sp=$(med "${calls_all[plbbench-proxy,$n]:-}") sb=$(med "${calls_all[pgbouncer,$n]:-}")
     [[ $sp == nan ]] && sp="not measured"
     [[ $sb == nan ]] && sb="not measured"
-    printf '| %d | %.0f / %.0f = %s | %.2f | %.2f | %s | %s | %s | %s |\n' "$n" "$tp" "$tb" "$(ratio "$tp" "$tb")" \
-        "$cp" "$cb" "$(ratio "$cp" "$cb")" "$(fmt "$sp" 2)" "$(fmt "$sb" 2)" "$(ratio "$sp" "$sb")"
+    wp=$(med "${sleeps_all[plbbench-proxy,$n]}") wb=$(med "${sleeps_all[pgbouncer,$n]}")
+    xp=$(med "${preempt_all[plbbench-proxy,$n]}") xb=$(med "${preempt_all[pgbouncer,$n]}")
+    printf '| %d | %.0f / %.0f = %s | %.2f | %.2f | %s | %s | %s | %s | %.3f | %.3f | %.3f | %.3f |\n' "$n" "$tp" "$tb" "$(ratio "$tp" "$tb")" \
+        "$cp" "$cb" "$(ratio "$cp" "$cb")" "$(fmt "$sp" 2)" "$(fmt "$sb" 2)" "$(ratio "$sp" "$sb")" "$wp" "$wb" "$xp" "$xb"
 done
 echo
 echo "medians over $rounds rounds of pgbench -n -S -j 2 -T $secs (scale $scale) per cell; system calls by $syscalls_by;" \
-    "$(nproc) cores, 1-min load $(cut -d ' ' -f 1 /proc/loadavg) at the end"
+    "$(nproc) cores, 1-min load $(cut -d ' ' -f 1 /proc/loadavg) at the end;" \
+    "wake-ups per second with no client (over $idle_secs s): plbbench $(fmt "${idle_wakes[plbbench-proxy]}" 1)," \
+    "PgBouncer $(fmt "${idle_wakes[pgbouncer]}" 1)"
