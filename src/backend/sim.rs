@@ -21,6 +21,7 @@ use crate::core::schedule::Client;
 use crate::core::workload::Workload;
 
 mod agenda;
+mod calendar;
 mod heap;
 mod server;
 
@@ -479,11 +480,15 @@ impl Sim<'_, '_> {
         let State::Session { replica, .. } = self.clients[i].state else { return };
         let s = &mut self.servers[replica.idx()];
         s.advance(self.now, self.input.cpus);
-        s.cancel(i as u32);
-        if self.clients[i].stage() == SetUp::Forking {
+        let forking = self.clients[i].stage() == SetUp::Forking;
+        let was_first = s.postmaster.front().is_some_and(|&(c, _)| c == i as u32);
+        if !forking || was_first {
+            // In service (a login waiting for the postmaster is not).
+            s.cancel(i as u32, q);
+        }
+        if forking {
             // It leaves the postmaster's queue; if it was being forked, the
             // next login's fork starts.
-            let was_first = s.postmaster.front().is_some_and(|&(c, _)| c == i as u32);
             s.postmaster.retain(|&(c, _)| c != i as u32);
             if was_first {
                 self.fork_next(replica);

@@ -1,13 +1,13 @@
 //! The simulator's agenda: what happens next, in time order, with events at
 //! equal times in the order they were planned. A client has at most one
 //! timer (its wake-up or its job's deadline) and a replica at most one
-//! completion and one quota event, each in its own slot of an indexed heap,
-//! so a changed plan replaces the old one instead of leaving a stale entry
-//! behind ([performance](docs/performance.md#the-simulators-cost)). Faults,
+//! completion and one quota event, each in its own slot of a calendar queue
+//! ([`Calendar`]), so a changed plan replaces the old one instead of leaving
+//! a stale entry behind ([performance](docs/performance.md#the-simulators-cost)). Faults,
 //! probes, samples and admission deadlines are never withdrawn and wait in
 //! a plain heap beside it.
 
-use super::heap::IndexedHeap;
+use super::calendar::Calendar;
 use crate::core::model::ReplicaId;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -33,12 +33,9 @@ pub enum Ev {
     Quota(ReplicaId),
 }
 
-/// `(time as bits, planning order)`: the order of the agenda.
-type Key = (u64, u64);
-
 /// The events planned, by time, then by planning order.
 pub struct Agenda {
-    timers: IndexedHeap<Key>,
+    timers: Calendar,
     /// The event in each timer slot.
     what: Vec<Ev>,
     once: BinaryHeap<Reverse<(u64, u64, Ev)>>,
@@ -50,7 +47,7 @@ impl Agenda {
     /// An empty agenda for `clients` clients on `replicas` replicas.
     pub fn new(clients: usize, replicas: usize) -> Agenda {
         Agenda {
-            timers: IndexedHeap::default(),
+            timers: Calendar::new(clients + 2 * replicas),
             what: vec![Ev::Sample; clients + 2 * replicas],
             once: BinaryHeap::new(),
             seq: 0,

@@ -1,100 +1,49 @@
-//! An indexed 4-ary min-heap for the simulator's timers and job queues.
-//! Every entry lives in a numbered slot (a client, a replica's completion,
-//! a replica's quota event), so a pending entry is moved or removed in
-//! O(log n) when its owner's plans change, instead of being left behind as
-//! a stale entry that costs memory and a pop when its time comes
+//! An indexed 4-ary min-heap for the simulator's calendar of timers (the
+//! bucket due now, and the timers beyond its ring). Every entry lives in a
+//! numbered slot (a client, a replica's completion, a replica's quota
+//! event), so a pending entry is moved or removed in O(log n) when its
+//! owner's plans change, instead of being left behind as a stale entry that
+//! costs memory and a pop when its time comes
 //! ([performance](docs/performance.md#the-simulators-cost)). Where each
-//! slot's entry sits is kept in a dense array (the agenda: every client has
-//! a slot) or in a hash map (a replica's job queue: a few of the T clients
-//! at a time, so a dense array per replica would cost K x T).
-
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+//! slot's entry sits is kept in a dense array, one per slot.
 
 /// Children per node: a 4-ary heap is half as deep as a binary one and its
-/// children share cache lines, which counts once the agenda holds a
-/// million clients' timers. (The order of equal keys cannot differ: every
-/// key is unique.)
+/// children share cache lines. (The order of equal keys cannot differ:
+/// every key is unique.)
 const ARITY: usize = 4;
 
 /// The position of a slot that holds no entry.
 const NONE: u32 = u32::MAX;
 
-/// Where each slot's entry is in the heap.
-pub trait Positions: Default {
-    /// Slot `slot`'s position, or [`NONE`].
-    fn get(&self, slot: usize) -> u32;
-    /// Sets slot `slot`'s position ([`NONE`]: it has no entry).
-    fn put(&mut self, slot: usize, pos: u32);
-}
-
-/// Dense positions: one per slot up to the highest slot used.
-impl Positions for Vec<u32> {
-    fn get(&self, slot: usize) -> u32 {
-        self.as_slice().get(slot).copied().unwrap_or(NONE)
-    }
-
-    fn put(&mut self, slot: usize, pos: u32) {
-        if slot >= self.len() {
-            self.resize(slot + 1, NONE);
-        }
-        self[slot] = pos;
-    }
-}
-
-/// A multiplicative hash of a slot number (slots are small integers, and
-/// the map is private to the simulator, so no flooding resistance needed).
-#[derive(Default)]
-pub struct SlotHasher(u64);
-
-impl Hasher for SlotHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-        }
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.0 = u64::from(n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
-/// Sparse positions: only the slots that hold an entry.
-pub type Sparse = HashMap<u32, u32, BuildHasherDefault<SlotHasher>>;
-
-impl Positions for Sparse {
-    fn get(&self, slot: usize) -> u32 {
-        self.get(&(slot as u32)).copied().unwrap_or(NONE)
-    }
-
-    fn put(&mut self, slot: usize, pos: u32) {
-        match pos {
-            NONE => self.remove(&(slot as u32)),
-            _ => self.insert(slot as u32, pos),
-        };
-    }
-}
-
-/// A min-heap of `(key, slot)` with at most one entry per slot; `P` keeps
-/// the slots' positions (dense by default).
+/// A min-heap of `(key, slot)` with at most one entry per slot.
 #[derive(Debug)]
-pub struct IndexedHeap<K, P = Vec<u32>> {
+pub struct IndexedHeap<K> {
     heap: Vec<(K, u32)>,
-    /// Where each slot's entry is in `heap`.
-    pos: P,
+    /// Where each slot's entry is in `heap` ([`NONE`]: nowhere), up to the
+    /// highest slot used.
+    pos: Vec<u32>,
 }
 
-impl<K: Ord + Copy, P: Positions> Default for IndexedHeap<K, P> {
+impl<K: Ord + Copy> Default for IndexedHeap<K> {
     fn default() -> Self {
-        IndexedHeap { heap: Vec::new(), pos: P::default() }
+        IndexedHeap { heap: Vec::new(), pos: Vec::new() }
     }
 }
 
-impl<K: Ord + Copy, P: Positions> IndexedHeap<K, P> {
+impl<K: Ord + Copy> IndexedHeap<K> {
+    /// Slot `slot`'s position, or [`NONE`].
+    fn get(&self, slot: usize) -> u32 {
+        self.pos.get(slot).copied().unwrap_or(NONE)
+    }
+
+    /// Sets slot `slot`'s position ([`NONE`]: it has no entry).
+    fn put(&mut self, slot: usize, pos: u32) {
+        if slot >= self.pos.len() {
+            self.pos.resize(slot + 1, NONE);
+        }
+        self.pos[slot] = pos;
+    }
+
     /// Entries pending.
     pub fn len(&self) -> usize {
         self.heap.len()
@@ -106,6 +55,7 @@ impl<K: Ord + Copy, P: Positions> IndexedHeap<K, P> {
     }
 
     /// Removes and returns the smallest entry.
+    #[cfg(test)]
     pub fn pop(&mut self) -> Option<(K, usize)> {
         let (_, slot) = *self.heap.first()?;
         self.remove(slot as usize).map(|k| (k, slot as usize))
@@ -113,10 +63,10 @@ impl<K: Ord + Copy, P: Positions> IndexedHeap<K, P> {
 
     /// Puts `slot`'s entry at `key`, replacing the one it had.
     pub fn set(&mut self, slot: usize, key: K) {
-        match self.pos.get(slot) {
+        match self.get(slot) {
             NONE => {
                 self.heap.push((key, slot as u32));
-                self.pos.put(slot, (self.heap.len() - 1) as u32);
+                self.put(slot, (self.heap.len() - 1) as u32);
                 self.up(self.heap.len() - 1);
             }
             i => {
@@ -133,11 +83,11 @@ impl<K: Ord + Copy, P: Positions> IndexedHeap<K, P> {
 
     /// Removes `slot`'s entry, if it has one, and returns its key.
     pub fn remove(&mut self, slot: usize) -> Option<K> {
-        let i = Some(self.pos.get(slot)).filter(|&i| i != NONE)? as usize;
+        let i = Some(self.get(slot)).filter(|&i| i != NONE)? as usize;
         let last = self.heap.len() - 1;
         self.swap(i, last);
         let (key, _) = self.heap.pop().expect("an entry at i");
-        self.pos.put(slot, NONE);
+        self.put(slot, NONE);
         if i < last {
             self.down(i);
             self.up(i);
@@ -146,14 +96,15 @@ impl<K: Ord + Copy, P: Positions> IndexedHeap<K, P> {
     }
 
     /// Removes every entry, smallest first.
+    #[cfg(test)]
     pub fn drain_sorted(&mut self) -> Vec<(K, usize)> {
         std::iter::from_fn(|| self.pop()).collect()
     }
 
     fn swap(&mut self, i: usize, j: usize) {
         self.heap.swap(i, j);
-        self.pos.put(self.heap[i].1 as usize, i as u32);
-        self.pos.put(self.heap[j].1 as usize, j as u32);
+        self.put(self.heap[i].1 as usize, i as u32);
+        self.put(self.heap[j].1 as usize, j as u32);
     }
 
     fn up(&mut self, mut i: usize) {
@@ -188,7 +139,7 @@ impl<K: Ord + Copy, P: Positions> IndexedHeap<K, P> {
 
 #[cfg(test)]
 mod tests {
-    use super::{IndexedHeap, Sparse};
+    use super::IndexedHeap;
     use std::collections::BTreeMap;
 
     /// A small deterministic generator (xorshift), so the test needs no crate.
@@ -201,11 +152,7 @@ mod tests {
 
     #[test]
     fn matches_a_sorted_map_under_random_sets_removes_and_pops() {
-        matches_a_sorted_map(IndexedHeap::<u64>::default());
-        matches_a_sorted_map(IndexedHeap::<u64, Sparse>::default());
-    }
-
-    fn matches_a_sorted_map<P: super::Positions>(mut heap: IndexedHeap<u64, P>) {
+        let mut heap = IndexedHeap::<u64>::default();
         // The model: slot -> key, and the entries ordered by (key, slot).
         let mut model: BTreeMap<usize, u64> = BTreeMap::new();
         let mut x = 0x9e37_79b9_7f4a_7c15;

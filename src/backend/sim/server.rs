@@ -4,9 +4,8 @@
 //! its connection count. Pure state and arithmetic; `sim` decides when it
 //! runs.
 
-use super::heap::{IndexedHeap, Sparse};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, HashSet, VecDeque};
 
 /// The CFS bandwidth period, seconds (the local backend writes 100 ms).
 pub const PERIOD_S: f64 = 0.1;
@@ -30,10 +29,14 @@ pub struct Server {
     pub v: f64,
     last_t: f64,
     pub cpu_s: f64,
-    /// The clients' jobs by virtual finish time, one slot per client: a
-    /// job that times out leaves at once. Sparse positions: a replica holds
-    /// a few of the T clients' jobs at a time.
-    jobs: IndexedHeap<(u64, u32, u64), Sparse>,
+    /// The clients' jobs `(virtual finish, client, job)`, first to finish
+    /// on top. A job that times out is only marked in `gone` and leaves
+    /// when it reaches the top: time-outs are rare, and a heap with
+    /// positions (to take a job out of the middle) cost a hash-map write
+    /// per move, a tenth of a fleet run's time.
+    jobs: BinaryHeap<Reverse<Job>>,
+    /// The jobs in `jobs` that timed out.
+    gone: HashSet<(u32, u64)>,
     /// Backends' exits (no client waits for them), by virtual finish time.
     background: BinaryHeap<Reverse<u64>>,
     /// CPU seconds left of this period's quota.
@@ -57,7 +60,8 @@ impl Server {
             v: 0.0,
             last_t: 0.0,
             cpu_s: 0.0,
-            jobs: IndexedHeap::default(),
+            jobs: BinaryHeap::new(),
+            gone: HashSet::new(),
             background: BinaryHeap::new(),
             budget: 0.0,
             period_end: 0.0,
@@ -114,7 +118,7 @@ impl Server {
 
     /// Jobs in service.
     pub fn n(&self) -> usize {
-        self.jobs.len() + self.background.len()
+        self.jobs.len() - self.gone.len() + self.background.len()
     }
 
     /// Puts job `q` of client `c` (or a [`BACKGROUND`] job) needing
@@ -124,14 +128,14 @@ impl Server {
         if c == BACKGROUND {
             self.background.push(Reverse(finish));
         } else {
-            self.jobs.set(c as usize, (finish, c, q));
+            self.jobs.push(Reverse((finish, c, q)));
         }
     }
 
     /// The next job to finish: its virtual finish time and client (a
     /// client's job before a background one finishing at the same time).
     pub fn next(&self) -> Option<(f64, u32)> {
-        let job = self.jobs.peek().map(|((fv, c, _), _)| (fv, c));
+        let job = self.jobs.peek().map(|&Reverse((fv, c, _))| (fv, c));
         let bg = self.background.peek().map(|&Reverse(fv)| (fv, BACKGROUND));
         let first = match (job, bg) {
             (Some(j), Some(b)) => j.min(b),
@@ -146,22 +150,40 @@ impl Server {
         if c == BACKGROUND {
             self.background.pop();
         } else {
-            self.jobs.remove(c as usize);
+            self.jobs.pop();
+            self.skip_gone();
         }
         Some(c)
     }
 
-    /// Takes client `c`'s job out of service (it timed out).
-    pub fn cancel(&mut self, c: u32) {
-        self.jobs.remove(c as usize);
+    /// Takes job `q` of client `c`, which is in service, out of it (it
+    /// timed out).
+    pub fn cancel(&mut self, c: u32, q: u64) {
+        self.gone.insert((c, q));
+        self.skip_gone();
+    }
+
+    /// Drops the timed-out jobs from the top, so the top is a job in service.
+    fn skip_gone(&mut self) {
+        while let Some(&Reverse((_, c, q))) = self.jobs.peek().filter(|_| !self.gone.is_empty()) {
+            if !self.gone.remove(&(c, q)) {
+                return;
+            }
+            self.jobs.pop();
+        }
     }
 
     /// Empties the server (it died): the clients' jobs, first to finish first.
     pub fn drain(&mut self) -> Vec<(u32, u64)> {
         self.background.clear();
-        self.jobs.drain_sorted().into_iter().map(|((_, c, q), _)| (c, q)).collect()
+        let gone = std::mem::take(&mut self.gone);
+        let jobs = std::mem::take(&mut self.jobs).into_sorted_vec();
+        jobs.into_iter().rev().map(|Reverse((_, c, q))| (c, q)).filter(|job| !gone.contains(job)).collect()
     }
 }
+
+/// A job in service: `(virtual finish time as bits, client, job number)`.
+type Job = (u64, u32, u64);
 
 /// A time or virtual time as a heap key (times are never negative).
 pub fn key(t: f64) -> u64 {
