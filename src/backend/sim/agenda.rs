@@ -35,9 +35,7 @@ pub enum Ev {
 
 /// The events planned, by time, then by planning order.
 pub struct Agenda {
-    timers: Calendar,
-    /// The event in each timer slot.
-    what: Vec<Ev>,
+    timers: Calendar<Ev>,
     once: BinaryHeap<Reverse<(u64, u64, Ev)>>,
     seq: u64,
     clients: usize,
@@ -46,13 +44,7 @@ pub struct Agenda {
 impl Agenda {
     /// An empty agenda for `clients` clients on `replicas` replicas.
     pub fn new(clients: usize, replicas: usize) -> Agenda {
-        Agenda {
-            timers: Calendar::new(clients + 2 * replicas),
-            what: vec![Ev::Sample; clients + 2 * replicas],
-            once: BinaryHeap::new(),
-            seq: 0,
-            clients,
-        }
+        Agenda { timers: Calendar::new(clients + 2 * replicas, Ev::Sample), once: BinaryHeap::new(), seq: 0, clients }
     }
 
     /// The timer slot of a withdrawable event.
@@ -71,10 +63,7 @@ impl Agenda {
         self.seq += 1;
         let key = (t.max(0.0).to_bits(), self.seq);
         match self.slot(ev) {
-            Some(slot) => {
-                self.what[slot] = ev;
-                self.timers.set(slot, key);
-            }
+            Some(slot) => self.timers.set(slot, key, ev),
             None => self.once.push(Reverse((key.0, key.1, ev))),
         }
     }
@@ -91,12 +80,12 @@ impl Agenda {
         let timer = self.timers.peek();
         let once = self.once.peek().map(|&Reverse((t, s, _))| (t, s));
         let take_timer = match (timer, once) {
-            (Some((k, _)), Some(o)) => k < o,
+            (Some(k), Some(o)) => k < o,
             (t, _) => t.is_some(),
         };
         let (t, ev) = if take_timer {
-            let ((t, _), slot) = self.timers.pop()?;
-            (t, self.what[slot])
+            let ((t, _), ev) = self.timers.pop()?;
+            (t, ev)
         } else {
             let Reverse((t, _, ev)) = self.once.pop()?;
             (t, ev)

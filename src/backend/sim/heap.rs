@@ -5,45 +5,52 @@
 //! owner's plans change, instead of being left behind as a stale entry that
 //! costs memory and a pop when its time comes
 //! ([performance](docs/performance.md#the-simulators-cost)). Where each
-//! slot's entry sits is kept in a dense array, one per slot.
+//! slot's entry sits is kept by the caller ([`Positions`]).
 
 /// Children per node: a 4-ary heap is half as deep as a binary one and its
 /// children share cache lines. (The order of equal keys cannot differ:
 /// every key is unique.)
 const ARITY: usize = 4;
 
-/// The position of a slot that holds no entry.
-const NONE: u32 = u32::MAX;
+/// Where each slot's entry sits in its heap. The heap does not own this
+/// table: the calendar keeps a slot's position beside its key and event,
+/// one cache line per timer instead of one per array.
+pub trait Positions {
+    /// Slot `slot`'s position (it has an entry).
+    fn pos_of(&self, slot: usize) -> u32;
+    /// Sets slot `slot`'s position.
+    fn set_pos(&mut self, slot: usize, pos: u32);
+}
 
-/// A min-heap of `(key, slot)` with at most one entry per slot.
+/// Dense positions, one per slot (tests).
+#[cfg(test)]
+impl Positions for Vec<u32> {
+    fn pos_of(&self, slot: usize) -> u32 {
+        self[slot]
+    }
+
+    fn set_pos(&mut self, slot: usize, pos: u32) {
+        if slot >= self.len() {
+            self.resize(slot + 1, u32::MAX);
+        }
+        self[slot] = pos;
+    }
+}
+
+/// A min-heap of `(key, slot)` with at most one entry per slot, its
+/// positions in a table the caller passes in.
 #[derive(Debug)]
 pub struct IndexedHeap<K> {
     heap: Vec<(K, u32)>,
-    /// Where each slot's entry is in `heap` ([`NONE`]: nowhere), up to the
-    /// highest slot used.
-    pos: Vec<u32>,
 }
 
 impl<K: Ord + Copy> Default for IndexedHeap<K> {
     fn default() -> Self {
-        IndexedHeap { heap: Vec::new(), pos: Vec::new() }
+        IndexedHeap { heap: Vec::new() }
     }
 }
 
 impl<K: Ord + Copy> IndexedHeap<K> {
-    /// Slot `slot`'s position, or [`NONE`].
-    fn get(&self, slot: usize) -> u32 {
-        self.pos.get(slot).copied().unwrap_or(NONE)
-    }
-
-    /// Sets slot `slot`'s position ([`NONE`]: it has no entry).
-    fn put(&mut self, slot: usize, pos: u32) {
-        if slot >= self.pos.len() {
-            self.pos.resize(slot + 1, NONE);
-        }
-        self.pos[slot] = pos;
-    }
-
     /// Entries pending.
     pub fn len(&self) -> usize {
         self.heap.len()
@@ -56,69 +63,49 @@ impl<K: Ord + Copy> IndexedHeap<K> {
 
     /// Removes and returns the smallest entry.
     #[cfg(test)]
-    pub fn pop(&mut self) -> Option<(K, usize)> {
+    pub fn pop(&mut self, pos: &mut impl Positions) -> Option<(K, usize)> {
         let (_, slot) = *self.heap.first()?;
-        self.remove(slot as usize).map(|k| (k, slot as usize))
+        Some((self.remove(pos, slot as usize), slot as usize))
     }
 
-    /// Puts `slot`'s entry at `key`, replacing the one it had.
-    pub fn set(&mut self, slot: usize, key: K) {
-        match self.get(slot) {
-            NONE => {
-                self.heap.push((key, slot as u32));
-                self.put(slot, (self.heap.len() - 1) as u32);
-                self.up(self.heap.len() - 1);
-            }
-            i => {
-                let i = i as usize;
-                let old = std::mem::replace(&mut self.heap[i].0, key);
-                if key < old {
-                    self.up(i);
-                } else {
-                    self.down(i);
-                }
-            }
-        }
+    /// Adds `slot`'s entry at `key` (it has none here).
+    pub fn push(&mut self, pos: &mut impl Positions, slot: usize, key: K) {
+        self.heap.push((key, slot as u32));
+        pos.set_pos(slot, (self.heap.len() - 1) as u32);
+        self.up(pos, self.heap.len() - 1);
     }
 
-    /// Removes `slot`'s entry, if it has one, and returns its key.
-    pub fn remove(&mut self, slot: usize) -> Option<K> {
-        let i = Some(self.get(slot)).filter(|&i| i != NONE)? as usize;
+    /// Removes `slot`'s entry (it has one here) and returns its key.
+    pub fn remove(&mut self, pos: &mut impl Positions, slot: usize) -> K {
+        let i = pos.pos_of(slot) as usize;
         let last = self.heap.len() - 1;
-        self.swap(i, last);
+        self.swap(pos, i, last);
         let (key, _) = self.heap.pop().expect("an entry at i");
-        self.put(slot, NONE);
         if i < last {
-            self.down(i);
-            self.up(i);
+            self.down(pos, i);
+            self.up(pos, i);
         }
-        Some(key)
+        key
     }
 
-    /// Removes every entry, smallest first.
-    #[cfg(test)]
-    pub fn drain_sorted(&mut self) -> Vec<(K, usize)> {
-        std::iter::from_fn(|| self.pop()).collect()
-    }
-
-    fn swap(&mut self, i: usize, j: usize) {
+    fn swap(&mut self, pos: &mut impl Positions, i: usize, j: usize) {
         self.heap.swap(i, j);
-        self.put(self.heap[i].1 as usize, i as u32);
-        self.put(self.heap[j].1 as usize, j as u32);
+        pos.set_pos(self.heap[i].1 as usize, i as u32);
+        pos.set_pos(self.heap[j].1 as usize, j as u32);
     }
 
-    fn up(&mut self, mut i: usize) {
+    fn up(&mut self, pos: &mut impl Positions, mut i: usize) {
         while i > 0 {
             let parent = (i - 1) / ARITY;
             if self.heap[i].0 >= self.heap[parent].0 {
                 break;
             }
-            self.swap(i, parent);
+            self.swap(pos, i, parent);
             i = parent;
         }
     }
 
-    fn down(&mut self, mut i: usize) {
+    fn down(&mut self, pos: &mut impl Positions, mut i: usize) {
         loop {
             let first = ARITY * i + 1;
             let last = (first + ARITY).min(self.heap.len());
@@ -131,7 +118,7 @@ impl<K: Ord + Copy> IndexedHeap<K> {
             if least == i {
                 return;
             }
-            self.swap(i, least);
+            self.swap(pos, i, least);
             i = least;
         }
     }
@@ -151,24 +138,24 @@ mod tests {
     }
 
     #[test]
-    fn matches_a_sorted_map_under_random_sets_removes_and_pops() {
-        let mut heap = IndexedHeap::<u64>::default();
+    fn matches_a_sorted_map_under_random_pushes_removes_and_pops() {
+        let (mut heap, mut pos) = (IndexedHeap::<u64>::default(), Vec::new());
         // The model: slot -> key, and the entries ordered by (key, slot).
         let mut model: BTreeMap<usize, u64> = BTreeMap::new();
         let mut x = 0x9e37_79b9_7f4a_7c15;
         for _ in 0..20_000 {
             let slot = (next(&mut x) % 64) as usize;
-            match next(&mut x) % 4 {
-                0 | 1 => {
+            match (next(&mut x) % 3, model.contains_key(&slot)) {
+                (0 | 1, false) => {
                     // Distinct keys per slot keep the order total.
                     let key = (next(&mut x) % 1000) * 64 + slot as u64;
-                    heap.set(slot, key);
+                    heap.push(&mut pos, slot, key);
                     model.insert(slot, key);
                 }
-                2 => assert_eq!(heap.remove(slot), model.remove(&slot)),
+                (0 | 1, true) => assert_eq!(Some(heap.remove(&mut pos, slot)), model.remove(&slot)),
                 _ => {
                     let want = model.iter().map(|(&s, &k)| (k, s)).min();
-                    assert_eq!(heap.pop(), want);
+                    assert_eq!(heap.pop(&mut pos), want);
                     if let Some((_, s)) = want {
                         model.remove(&s);
                     }
@@ -177,23 +164,9 @@ mod tests {
             assert_eq!(heap.len(), model.len());
             assert_eq!(heap.peek(), model.iter().map(|(&s, &k)| (k, s)).min());
         }
-        let rest = heap.drain_sorted();
+        let rest: Vec<(u64, usize)> = std::iter::from_fn(|| heap.pop(&mut pos)).collect();
         let mut want: Vec<(u64, usize)> = model.iter().map(|(&s, &k)| (k, s)).collect();
         want.sort();
         assert_eq!(rest, want);
-        assert_eq!(heap.len(), 0);
-    }
-
-    #[test]
-    fn a_removed_or_moved_entry_never_comes_back() {
-        let mut heap = IndexedHeap::<u64>::default();
-        heap.set(3, 30);
-        heap.set(1, 10);
-        heap.set(2, 20);
-        heap.set(1, 40); // moved later
-        assert_eq!(heap.remove(2), Some(20));
-        assert_eq!(heap.remove(2), None);
-        assert_eq!(heap.remove(99), None);
-        assert_eq!(heap.drain_sorted(), vec![(30, 3), (40, 1)]);
     }
 }
