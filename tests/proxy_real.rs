@@ -879,6 +879,77 @@ fn a_run_with_two_generators_through_one_proxy() {
     assert_eq!(before("P", &["r4", "r5"]), 0, "Premium on an F replica before the fault");
 }
 
+/// The children of `parent` whose command line holds `--generator-child`.
+fn generator_children(parent: u32) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        // ppid is the second field after the command name's closing parenthesis.
+        let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        if ppid == Some(parent) && String::from_utf8_lossy(&cmdline).contains("--generator-child") {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// A generator child killed in the middle of a run stops the run at once
+/// (not at its planned end), says so on stderr, fails the accounting check
+/// and writes nothing; no other child outlives the run.
+#[test]
+fn a_generator_that_dies_stops_the_run_and_fails_its_accounting() {
+    if !have_postgres() {
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::up();
+    let out_dir = c.root.join("generator-dies");
+    let mut cmd =
+        c.plbbench(&["run", "--workload", "analytics", "--T", "40", "--duration", "120s", "--generators", "2"]);
+    cmd.args(["--checks", "warn", "--progress", "none", "--out", out_dir.to_str().unwrap()]);
+    let mut run = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let began = Instant::now();
+    let children = loop {
+        let pids = generator_children(run.id());
+        if pids.len() == 2 {
+            break pids;
+        }
+        assert!(began.elapsed() < Duration::from_secs(60), "two generator children never appeared");
+        assert!(run.try_wait().unwrap().is_none(), "the run ended before its generators started");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // Let the run get under way, then kill one child outright.
+    std::thread::sleep(Duration::from_secs(8));
+    let killed_at = Instant::now();
+    nix_kill(children[1]);
+    while run.try_wait().unwrap().is_none() {
+        if killed_at.elapsed() > Duration::from_secs(60) {
+            let _ = run.kill();
+            panic!("the run went on for 60 s after generator pid {} died", children[1]);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let stopped_after = killed_at.elapsed();
+    let out = run.wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "a run with a dead generator succeeded: {stderr}");
+    assert!(stopped_after < Duration::from_secs(30), "stopped {stopped_after:?} after the kill: {stderr}");
+    assert!(stderr.contains(&format!("generator 1 (pid {}) died", children[1])), "{stderr}");
+    assert!(stderr.contains("accounting check failed"), "{stderr}");
+    assert!(!out_dir.exists(), "a run folder was written");
+    let alive =
+        std::fs::read(format!("/proc/{}/cmdline", children[0])).is_ok_and(|c| text(&c).contains("--generator-child"));
+    assert!(!alive, "the surviving generator outlived the run");
+}
+
+/// SIGKILL to `pid`.
+fn nix_kill(pid: i32) {
+    let ok = Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap().success();
+    assert!(ok, "kill -KILL {pid}");
+}
+
 /// No config file: `--listen 0.0.0.0:P` is refused before anything starts
 /// (exit 2, one line); on 127.0.0.1 the documented defaults serve psql
 /// (trust; `application_name` starting with `premium` is Premium, any

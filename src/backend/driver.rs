@@ -350,14 +350,16 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
     let lines = (input.progress == crate::progress::Shown::Lines).then_some(input.duration_s);
     let collecting = tokio::spawn(collect(rx, collector, lines, ctx.live.clone(), input.tap));
     let pids: Vec<i32> = input.remotes.iter().map(|r| r.pid).collect();
+    let (died_tx, mut died) = mpsc::unbounded_channel();
     let forwarders: Vec<_> = input
         .remotes
         .into_iter()
         .map(|r| {
-            let ctx = ctx.clone();
-            tokio::spawn(async move { remote::forward(r, |rec| ctx.send(rec.into())).await })
+            let (ctx, died) = (ctx.clone(), died_tx.clone());
+            tokio::spawn(async move { remote::forward(r, |rec| ctx.send(rec.into()), died).await })
         })
         .collect();
+    drop(died_tx);
     let clients: Vec<_> =
         input.clients.into_iter().enumerate().map(|(i, c)| tokio::spawn(client(ctx.clone(), i as u32, c))).collect();
     let admitter = gated.then(|| tokio::spawn(admit_waiting(ctx.clone())));
@@ -368,7 +370,12 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
     let sampler = tokio::spawn(sample(ctx.clone(), cluster, bar.clone()));
     let interrupted = tokio::select! {
         _ = sleep_until(ctx.at(input.duration_s)) => None,
-        s = signals.recv() => Some((s, ctx.now())),
+        s = signals.recv() => Some((Some(s), ctx.now())),
+        // A generator child that dies takes its sessions' books with it:
+        // the run stops now, as on a signal, and fails its accounting.
+        Some((index, pid)) = died.recv() => Some((None, ctx.now())).inspect(|_| {
+            crate::progress::note(&bar, &format!("plbbench: error: generator {index} (pid {pid}) died; the run cannot account for its sessions"));
+        }),
     };
     if let Some((_, t)) = interrupted {
         ctx.cut_at(t + DRAIN.as_secs_f64());
@@ -378,7 +385,10 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
     }
     let _ = stop_tx.send(true);
     let drained = match interrupted {
-        Some((first, _)) => drain(&ctx, &bar, &mut signals, &mut clients, first).await,
+        Some((first, _)) => {
+            let why = first.map_or_else(|| "a generator died".to_string(), |s| s.to_string());
+            drain(&ctx, &bar, &mut signals, &mut clients, why).await
+        }
         None => None,
     };
     let _ = abort_tx.send(true);
@@ -417,7 +427,7 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
     if let Some(w) = waiting {
         collector.still_queued(w);
     }
-    let (signal, interrupted_s) = (interrupted.map(|i| i.0), interrupted.map(|i| i.1));
+    let (signal, interrupted_s) = (interrupted.and_then(|i| i.0), interrupted.map(|i| i.1));
     let generator = Some(load.report(own_peak_rss_kib()));
     (
         collector,
@@ -444,7 +454,8 @@ async fn join_clients(clients: Vec<JoinHandle<Option<Class>>>) -> [u64; 2] {
     in_flight
 }
 
-/// After the first signal (admissions already stopped): gives queries in
+/// After the first signal or a generator's death (`first`; admissions
+/// already stopped): gives queries in
 /// flight up to [`DRAIN`] to finish, or less if a second signal comes.
 /// Returns the clients' in-flight counts when every client finished first.
 async fn drain(
@@ -452,7 +463,7 @@ async fn drain(
     bar: &indicatif::ProgressBar,
     signals: &mut Signals,
     clients: &mut JoinHandle<[u64; 2]>,
-    first: Signal,
+    first: String,
 ) -> Option<[u64; 2]> {
     let note = |m: String| {
         crate::progress::note(bar, &format!("plbbench: {m}"));

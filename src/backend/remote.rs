@@ -52,8 +52,9 @@ pub enum Record {
 }
 
 /// Passes every record of `remote` to `send` until its stream ends;
-/// returns what it delivered.
-pub async fn forward(mut remote: Remote, send: impl Fn(Record)) -> RemoteEnd {
+/// returns what it delivered. A stream that ends without the child's books
+/// (it died) is also told on `died`, with its index and pid, at once.
+pub async fn forward(mut remote: Remote, send: impl Fn(Record), died: mpsc::UnboundedSender<(u32, i32)>) -> RemoteEnd {
     let mut end = RemoteEnd { index: remote.index, pid: remote.pid, ..RemoteEnd::default() };
     while let Some(line) = remote.lines.recv().await {
         match line {
@@ -72,6 +73,9 @@ pub async fn forward(mut remote: Remote, send: impl Fn(Record)) -> RemoteEnd {
             }
             Line::Ready { .. } => {}
         }
+    }
+    if end.in_flight.is_none() {
+        let _ = died.send((end.index, end.pid));
     }
     end
 }
