@@ -923,7 +923,7 @@ fn a_generator_that_dies_stops_the_run_and_fails_its_accounting() {
     // Let the run get under way, then kill one child outright.
     std::thread::sleep(Duration::from_secs(8));
     let killed_at = Instant::now();
-    nix_kill(children[1]);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(children[1]), nix::sys::signal::Signal::SIGKILL).unwrap();
     while run.try_wait().unwrap().is_none() {
         if killed_at.elapsed() > Duration::from_secs(60) {
             let _ = run.kill();
@@ -942,12 +942,6 @@ fn a_generator_that_dies_stops_the_run_and_fails_its_accounting() {
     let alive =
         std::fs::read(format!("/proc/{}/cmdline", children[0])).is_ok_and(|c| text(&c).contains("--generator-child"));
     assert!(!alive, "the surviving generator outlived the run");
-}
-
-/// SIGKILL to `pid`.
-fn nix_kill(pid: i32) {
-    let ok = Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap().success();
-    assert!(ok, "kill -KILL {pid}");
 }
 
 /// No config file: `--listen 0.0.0.0:P` is refused before anything starts

@@ -373,9 +373,11 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
         s = signals.recv() => Some((Some(s), ctx.now())),
         // A generator child that dies takes its sessions' books with it:
         // the run stops now, as on a signal, and fails its accounting.
-        Some((index, pid)) = died.recv() => Some((None, ctx.now())).inspect(|_| {
-            crate::progress::note(&bar, &format!("plbbench: error: generator {index} (pid {pid}) died; the run cannot account for its sessions"));
-        }),
+        Some((index, pid)) = died.recv() => {
+            let m = format!("plbbench: error: generator {index} (pid {pid}) died; the run cannot account for its sessions");
+            crate::progress::note(&bar, &m);
+            Some((None, ctx.now()))
+        }
     };
     if let Some((_, t)) = interrupted {
         ctx.cut_at(t + DRAIN.as_secs_f64());

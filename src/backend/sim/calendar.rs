@@ -126,8 +126,12 @@ impl<T: Copy> Calendar<T> {
         let Slot { at, i, .. } = self.slots.0[slot];
         match at {
             NONE => return,
-            NOW => drop(self.now.remove(&mut self.slots, slot)),
-            FAR => drop(self.far.remove(&mut self.slots, slot)),
+            NOW => {
+                self.now.remove(&mut self.slots, slot);
+            }
+            FAR => {
+                self.far.remove(&mut self.slots, slot);
+            }
             b => {
                 let ring = &mut self.ring[b as usize];
                 ring.swap_remove(i as usize);
@@ -145,9 +149,21 @@ impl<T: Copy> Calendar<T> {
         self.slots.0[slot].at = NONE;
     }
 
-    /// The first timer's key (the buckets whose time has come are taken
-    /// into order on the way).
+    /// The first timer's key.
     pub fn peek(&mut self) -> Option<Key> {
+        self.first().map(|(key, _)| key)
+    }
+
+    /// Removes the first timer; returns its key and what it does.
+    pub fn pop(&mut self) -> Option<(Key, T)> {
+        let (key, slot) = self.first()?;
+        self.remove(slot);
+        Some((key, self.slots.0[slot].what))
+    }
+
+    /// The first timer and its slot (the buckets whose time has come are
+    /// taken into order on the way).
+    fn first(&mut self) -> Option<(Key, usize)> {
         while self.now.len() == 0 {
             self.cur = match self.in_ring {
                 0 => bucket(self.far.peek()?.0).max(self.cur + 1),
@@ -155,15 +171,7 @@ impl<T: Copy> Calendar<T> {
             };
             self.take_due();
         }
-        self.now.peek().map(|(key, _)| key)
-    }
-
-    /// Removes the first timer; returns its key and what it does.
-    pub fn pop(&mut self) -> Option<(Key, T)> {
-        let key = self.peek()?;
-        let (_, slot) = self.now.peek()?;
-        self.remove(slot);
-        Some((key, self.slots.0[slot].what))
+        self.now.peek()
     }
 
     /// Moves bucket `cur`'s timers, and those beyond the ring now due, into
