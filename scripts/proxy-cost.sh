@@ -21,7 +21,8 @@
 # PgBouncer does once it daemonises: otherwise the kernel's autogroup
 # scheduling would put it in one CPU group with pgbench and PgBouncer in a
 # group alone. Prints a markdown table (tool, clients, round, tps, CPU
-# us/txn, syscalls/txn, sleeps/txn, preemptions/txn), then per client count
+# us/txn and its user-mode part, syscalls/txn, sleeps/txn,
+# preemptions/txn), then per client count
 # the medians and plbbench's ratios to PgBouncer's.
 #
 # Usage: scripts/proxy-cost.sh [ROUNDS (3)] [SECONDS (10)] [SCALE (10)] [CLIENTS ("16 64")] [IDLE (10)]
@@ -120,8 +121,8 @@ elif command -v strace >/dev/null 2>&1; then
 fi
 log "system calls counted by: $syscalls_by"
 
-# cpu_ticks PID: user + system clock ticks of the whole process so far.
-cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
+# cpu_ticks PID: "user+system user" clock ticks of the whole process so far.
+cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13, $12 }' "/proc/$1/stat"; }
 # switches PID: "voluntary nonvoluntary" context switches so far, summed
 # over the process's threads.
 switches() {
@@ -141,10 +142,10 @@ bench() {
 }
 
 # measure PID PORT N: "tps cpu_us_per_txn syscalls_per_txn sleeps_per_txn
-# preemptions_per_txn" for one run.
+# preemptions_per_txn user_us_per_txn" for one run.
 measure() {
-    local pid=$1 before after run tps txns calls= txns_for_calls= v0 n0 v1 n1
-    before=$(cpu_ticks "$pid")
+    local pid=$1 before after run tps txns calls= txns_for_calls= v0 n0 v1 n1 u0 u1
+    read -r before u0 <<<"$(cpu_ticks "$pid")"
     read -r v0 n0 <<<"$(switches "$pid")"
     if [[ $syscalls_by == perf ]]; then
         perf stat -e raw_syscalls:sys_enter -x, -o "$work/perf.txt" -p "$pid" >/dev/null 2>&1 &
@@ -157,7 +158,7 @@ measure() {
     else
         run=$(bench "$2" "$3")
     fi
-    after=$(cpu_ticks "$pid")
+    read -r after u1 <<<"$(cpu_ticks "$pid")"
     read -r v1 n1 <<<"$(switches "$pid")"
     read -r tps txns <<<"$run"
     if [[ $syscalls_by == strace ]]; then
@@ -176,14 +177,15 @@ measure() {
     if [[ -n $calls && $calls =~ ^[0-9]+$ ]]; then
         per_call=$(echo "$calls / ${txns_for_calls:-$txns}" | bc -l)
     fi
-    echo "$tps $cpu_us $per_call $(echo "($v1 - $v0) / $txns" | bc -l) $(echo "($n1 - $n0) / $txns" | bc -l)"
+    echo "$tps $cpu_us $per_call $(echo "($v1 - $v0) / $txns" | bc -l) $(echo "($n1 - $n0) / $txns" | bc -l)" \
+        "$(echo "($u1 - $u0) * 1000000 / $tick / $txns" | bc -l)"
 }
 median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 fmt() { [[ $1 =~ ^[0-9.]+$ ]] && printf "%.${2}f" "$1" || printf '%s' "$1"; }
 
 declare -A pid_of=([plbbench-proxy]=$proxy_pid [pgbouncer]=$bouncer_pid)
 declare -A port_of=([plbbench-proxy]=$proxy_port [pgbouncer]=$bouncer_port)
-declare -A tps_all=() cpu_all=() calls_all=() sleeps_all=() preempt_all=()
+declare -A tps_all=() cpu_all=() user_all=() calls_all=() sleeps_all=() preempt_all=()
 
 # Wake-ups per second with no client: what a middleman's own timers cost.
 declare -A idle_wakes=()
@@ -194,15 +196,16 @@ for t in plbbench-proxy pgbouncer; do
     idle_wakes[$t]=$(echo "($v1 - $v0) / $idle_secs" | bc -l)
 done
 
-echo "| tool | clients | round | tps | CPU us/txn | syscalls/txn | sleeps/txn | preemptions/txn |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+echo "| tool | clients | round | tps | CPU us/txn | of it user | syscalls/txn | sleeps/txn | preemptions/txn |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for n in $clients_list; do
     for i in $(seq "$rounds"); do
         if (( i % 2 )); then order=(plbbench-proxy pgbouncer); else order=(pgbouncer plbbench-proxy); fi
         for t in "${order[@]}"; do
             got=$(measure "${pid_of[$t]}" "${port_of[$t]}" "$n")
-            read -r tps cpu calls sleeps preempt <<<"$got"
-            printf '| %s | %d | %d | %.0f | %.2f | %s | %.3f | %.3f |\n' "$t" "$n" "$i" "$tps" "$cpu" "$(fmt "$calls" 2)" "$sleeps" "$preempt"
+            read -r tps cpu calls sleeps preempt user <<<"$got"
+            printf '| %s | %d | %d | %.0f | %.2f | %.2f | %s | %.3f | %.3f |\n' "$t" "$n" "$i" "$tps" "$cpu" "$user" "$(fmt "$calls" 2)" "$sleeps" "$preempt"
+            user_all[$t,$n]+="$user "
             sleeps_all[$t,$n]+="$sleeps "
             preempt_all[$t,$n]+="$preempt "
             tps_all[$t,$n]+="$tps "
@@ -214,18 +217,19 @@ done
 med() { tr ' ' '\n' <<<"${1:-}" | grep . | median; }
 ratio() { [[ $1 =~ ^[0-9.]+$ && $2 =~ ^[0-9.]+$ ]] && printf '%.2f' "$(echo "$1 / $2" | bc -l)" || printf 'not measured'; }
 echo
-echo "| clients | tps (plbbench / PgBouncer) | CPU us/txn plbbench | PgBouncer | ratio | syscalls/txn plbbench | PgBouncer | ratio | sleeps/txn plbbench | PgBouncer | preemptions/txn plbbench | PgBouncer |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+echo "| clients | tps (plbbench / PgBouncer) | CPU us/txn plbbench | PgBouncer | ratio | user us/txn plbbench | PgBouncer | syscalls/txn plbbench | PgBouncer | ratio | sleeps/txn plbbench | PgBouncer | preemptions/txn plbbench | PgBouncer |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for n in $clients_list; do
     tp=$(med "${tps_all[plbbench-proxy,$n]}") tb=$(med "${tps_all[pgbouncer,$n]}")
     cp=$(med "${cpu_all[plbbench-proxy,$n]}") cb=$(med "${cpu_all[pgbouncer,$n]}")
+    up=$(med "${user_all[plbbench-proxy,$n]}") ub=$(med "${user_all[pgbouncer,$n]}")
     sp=$(med "${calls_all[plbbench-proxy,$n]:-}") sb=$(med "${calls_all[pgbouncer,$n]:-}")
     [[ $sp == nan ]] && sp="not measured"
     [[ $sb == nan ]] && sb="not measured"
     wp=$(med "${sleeps_all[plbbench-proxy,$n]}") wb=$(med "${sleeps_all[pgbouncer,$n]}")
     xp=$(med "${preempt_all[plbbench-proxy,$n]}") xb=$(med "${preempt_all[pgbouncer,$n]}")
-    printf '| %d | %.0f / %.0f = %s | %.2f | %.2f | %s | %s | %s | %s | %.3f | %.3f | %.3f | %.3f |\n' "$n" "$tp" "$tb" "$(ratio "$tp" "$tb")" \
-        "$cp" "$cb" "$(ratio "$cp" "$cb")" "$(fmt "$sp" 2)" "$(fmt "$sb" 2)" "$(ratio "$sp" "$sb")" "$wp" "$wb" "$xp" "$xb"
+    printf '| %d | %.0f / %.0f = %s | %.2f | %.2f | %s | %.2f | %.2f | %s | %s | %s | %.3f | %.3f | %.3f | %.3f |\n' "$n" "$tp" "$tb" "$(ratio "$tp" "$tb")" \
+        "$cp" "$cb" "$(ratio "$cp" "$cb")" "$up" "$ub" "$(fmt "$sp" 2)" "$(fmt "$sb" 2)" "$(ratio "$sp" "$sb")" "$wp" "$wb" "$xp" "$xb"
 done
 echo
 echo "medians over $rounds rounds of pgbench -n -S -j 2 -T $secs (scale $scale) per cell; system calls by $syscalls_by;" \

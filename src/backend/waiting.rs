@@ -58,6 +58,13 @@ impl Control {
         self.deliver(admitted, now);
     }
 
+    /// Whether the periodic step ([`Self::admit_and_expire`] and the
+    /// controller's tick) may change anything: a session waits at the
+    /// gate, or the watch has a window running.
+    pub fn timed(&self) -> bool {
+        !self.waiters.is_empty() || self.c.timed()
+    }
+
     /// The gate's periodic step: waiting sessions it now admits start,
     /// those past their deadline are refused.
     pub fn admit_and_expire(&mut self, now: f64) {

@@ -345,6 +345,11 @@ impl Controller {
         self.push_log(t_s, EventKind::Fault, Some(r), detail);
     }
 
+    /// Whether [`Self::tick`] may change anything now (see `Watch::timed`).
+    pub fn timed(&self) -> bool {
+        self.watch.timed()
+    }
+
     /// Lets time pass for the watch: probation windows end, ramps advance.
     pub fn tick(&mut self, now_s: f64) {
         let notes = self.watch.tick(&mut self.router, now_s);

@@ -176,6 +176,17 @@ impl Watch {
         notes
     }
 
+    /// Whether letting time pass may change anything: a probation ramp
+    /// runs, or a replica waits out its stability window. With neither,
+    /// [`Self::tick`] changes nothing and need not be called.
+    pub fn timed(&self) -> bool {
+        let waiting = match &self.detect {
+            Detect::Suspicion(m) => m.iter().any(|m| m.state() == Health::Recovering),
+            Detect::Oracle | Detect::Probe(_) => false,
+        };
+        waiting || self.ramp.iter().any(Option::is_some)
+    }
+
     /// Lets time pass: probation windows end and ramps advance.
     pub fn tick(&mut self, router: &mut Router, now_s: f64) -> Vec<Note> {
         let mut notes = Vec::new();
@@ -335,14 +346,33 @@ mod tests {
         let mut rt = router();
         let mut w = Watch::probe(5, Recovery::Probation, cfg);
         w.evidence(&mut rt, ReplicaId(0), Evidence::Refused, 1.0, "probe");
+        assert!(!w.timed(), "a replica down with no ramp: time changes nothing");
         let n = w.evidence(&mut rt, ReplicaId(0), Evidence::ProbeOk { ms: 1.0 }, 20.0, "probe");
         assert_eq!(kinds(&n), ["detect", "recovery"]);
         assert_eq!(rt.shares(ReplicaId(0)), [1.0, 0.0], "Premium at once, no Freemium yet");
+        assert!(w.timed(), "the ramp needs ticks");
         w.tick(&mut rt, 25.0);
         assert_eq!(rt.shares(ReplicaId(0)), [1.0, 0.5]);
         let n = w.tick(&mut rt, 30.0);
         assert_eq!(n, vec![(EventKind::Recovery, ReplicaId(0), "probation over".to_string())]);
         assert_eq!(rt.shares(ReplicaId(0)), [1.0, 1.0]);
+        assert!(!w.timed(), "probation over");
+    }
+
+    #[test]
+    fn a_suspicion_waiting_out_its_stability_window_needs_ticks() {
+        let cfg = HealthConfig { stability_window_s: 10.0, ..HealthConfig::default() };
+        let mut rt = router();
+        let mut w = Watch::suspicion(5, Recovery::None, cfg);
+        assert!(!w.timed());
+        for t in 1..=20 {
+            w.evidence(&mut rt, ReplicaId(2), Evidence::Refused, f64::from(t), "probe");
+        }
+        assert!(!rt.is_healthy(ReplicaId(2)));
+        w.evidence(&mut rt, ReplicaId(2), Evidence::ProbeOk { ms: 1.0 }, 30.0, "probe");
+        assert!(w.timed(), "RECOVERING ends by the clock");
+        w.tick(&mut rt, 45.0);
+        assert!(!w.timed(), "HEALTHY again: nothing timed");
     }
 
     #[test]

@@ -37,13 +37,13 @@ use bytes::BytesMut;
 use class_rule::ClassRule;
 use login::{Entry, Fatal};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tls::ClientStream;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio_postgres::Config;
 use tokio_rustls::TlsAcceptor;
 
@@ -122,6 +122,11 @@ pub(crate) struct Shared {
     routed: AtomicU32,
     /// See [`ProxyInput::feed`].
     feed: bool,
+    /// Whether [`tick`] runs every 20 ms (something in the controller is
+    /// timed) rather than once a second.
+    ticking: AtomicBool,
+    /// Wakes [`tick`] when something timed begins.
+    timed: Notify,
 }
 
 impl Shared {
@@ -129,11 +134,15 @@ impl Shared {
         self.start.elapsed().as_secs_f64()
     }
 
-    /// Runs `f` on the controller under its lock and prints its events.
+    /// Runs `f` on the controller under its lock and prints its events;
+    /// wakes [`tick`] when `f` began something timed.
     fn control<T>(&self, f: impl FnOnce(&mut Control, f64) -> T) -> T {
         let mut ctl = self.control.lock().expect("control lock");
         let out = f(&mut ctl, self.now());
         self.log(ctl.c.drain_events());
+        if ctl.timed() && !self.ticking.swap(true, Ordering::SeqCst) {
+            self.timed.notify_one();
+        }
         out
     }
 
@@ -271,6 +280,8 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
         open: AtomicUsize::new(0),
         routed: AtomicU32::new(0),
         feed: input.feed,
+        ticking: AtomicBool::new(false),
+        timed: Notify::new(),
     });
     if let Some(live) = &live {
         let ctl = shared.control.lock().expect("control lock");
@@ -385,28 +396,41 @@ async fn encrypt(sock: ClientStream, acceptor: TlsAcceptor, limit: Duration) -> 
     }
 }
 
-/// Every 20 ms: waiting sessions the gate now admits start, those past
-/// their deadline are refused; every second the metrics are refreshed.
+/// Every 20 ms while something is timed (sessions wait at the gate, a
+/// stability window or a probation ramp runs): waiting sessions the gate
+/// now admits start, those past their deadline are refused, windows end.
+/// Every second the metrics are refreshed and the feed told the state.
+/// With nothing timed the proxy does not wake between seconds, as
+/// PgBouncer does not: an idle wake-up costs CPU that relaying needs.
 async fn tick(shared: Arc<Shared>) {
-    let mut every = tokio::time::interval(Duration::from_millis(20));
-    let mut n = 0u64;
+    let fast = Duration::from_millis(20);
+    let mut second = tokio::time::Instant::now();
     loop {
-        every.tick().await;
-        let second = n % 50 == 0;
-        shared.control(|ctl, now| {
+        let now = tokio::time::Instant::now();
+        let whole = now >= second;
+        if whole {
+            second = (second + Duration::from_secs(1)).max(now);
+        }
+        let timed = shared.control(|ctl, now| {
             ctl.admit_and_expire(now);
             ctl.c.tick(now);
-            if !second {
-                return;
+            if whole {
+                if let Some(live) = &shared.live {
+                    live.lock().expect("metrics lock").refresh(ctl.c.router(), ctl.c.gate());
+                }
+                if shared.feed {
+                    println!("{}", shared.state(&ctl.c).line());
+                }
             }
-            if let Some(live) = &shared.live {
-                live.lock().expect("metrics lock").refresh(ctl.c.router(), ctl.c.gate());
-            }
-            if shared.feed {
-                println!("{}", shared.state(&ctl.c).line());
-            }
+            let timed = ctl.timed();
+            shared.ticking.store(timed, Ordering::SeqCst);
+            timed
         });
-        n += 1;
+        let next = if timed { (now + fast).min(second) } else { second };
+        tokio::select! {
+            _ = tokio::time::sleep_until(next) => {}
+            _ = shared.timed.notified() => {}
+        }
     }
 }
 

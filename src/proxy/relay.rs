@@ -355,9 +355,10 @@ async fn relay(
             if let Some(v) = upstream.named.take() {
                 told = told || shared.named_after_routing(s.id, r, s.class, &v);
             }
+            // The reads first: the stop is polled only when neither side
+            // has bytes, not on every message.
             tokio::select! {
                 biased;
-                _ = &mut stopped => break End::Stop,
                 n = client.read(&mut cbuf) => match n {
                     Ok(n) if n > 0 => {
                         upstream.feed(&cbuf[..n]);
@@ -381,6 +382,7 @@ async fn relay(
                         break End::Lost;
                     }
                 },
+                _ = &mut stopped => break End::Stop,
             }
         }
     };
