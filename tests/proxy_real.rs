@@ -788,7 +788,8 @@ fn a_run_through_its_own_proxy() {
     assert!(on("P", &["r1", "r2"]) > 0 && on("F", &["r4", "r5"]) > 0, "both classes ran: {}", before.len());
     assert_eq!(on("P", &["r4", "r5"]), 0, "Premium on an F replica before the fault");
     assert_eq!(on("F", &["r1", "r2"]), 0, "Freemium on a P replica before the fault");
-    // Killed with SIGKILL, the run cannot stop its proxy: the kernel does.
+    // Killed with SIGKILL, the run cannot stop its proxy or its generator
+    // children: the kernel does (their parent-death signal).
     let mut cmd = c.plbbench(&[
         "run",
         "--workload",
@@ -797,7 +798,8 @@ fn a_run_through_its_own_proxy() {
         "20",
         "--duration",
         "60s",
-        "--via-proxy",
+        "--generators",
+        "2",
         "--progress",
         "lines",
     ]);
@@ -815,12 +817,26 @@ fn a_run_through_its_own_proxy() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(proxy_alive(pid));
+    let children = loop {
+        let pids = generator_children(run.id());
+        if pids.len() == 2 {
+            break pids;
+        }
+        assert!(began.elapsed() < Duration::from_secs(120), "two generator children never appeared");
+        std::thread::sleep(Duration::from_millis(100));
+    };
     run.kill().unwrap();
     run.wait().unwrap();
     let gone = Instant::now();
     while proxy_alive(pid) {
         assert!(gone.elapsed() < Duration::from_secs(10), "the proxy child {pid} outlived a killed run");
         std::thread::sleep(Duration::from_millis(50));
+    }
+    for child in children {
+        while std::fs::read(format!("/proc/{child}/cmdline")).is_ok_and(|c| text(&c).contains("--generator-child")) {
+            assert!(gone.elapsed() < Duration::from_secs(30), "generator {child} outlived a killed run");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 
