@@ -128,7 +128,8 @@ pub struct DriverInput {
     /// child counts from its parent's.
     pub start: Option<std::time::Instant>,
     /// A generator child: where each of its records goes, besides its
-    /// collector (its parent's stdin, `backend::generator_feed`).
+    /// collector (in batches to its stdout, which its parent reads:
+    /// `backend::generator_feed::Tap`).
     pub tap: Option<Tap>,
     /// `--generators N`: the generator children whose records this run
     /// collects with its own.
@@ -136,7 +137,7 @@ pub struct DriverInput {
 }
 
 /// A generator child's outlet for its records.
-pub type Tap = Box<dyn FnMut(Line) + Send>;
+pub type Tap = super::generator_feed::Tap;
 
 /// `run --via-proxy`: how the clients reach the proxy child and what it
 /// reports (`backend::proxy_feed`).
@@ -498,9 +499,9 @@ async fn collect(
 ) -> (Collector, GeneratorLoad) {
     let mut load = GeneratorLoad::new();
     let mut due = crate::core::status::Schedule::default();
-    while let Some(m) = rx.recv().await {
+    while let Some(m) = next(&mut rx, &mut tap).await {
         if let (Some(tap), Some(line)) = (&mut tap, m.line()) {
-            tap(line);
+            tap.push(&line);
         }
         match m {
             Msg::Query(q) => {
@@ -529,6 +530,27 @@ async fn collect(
         }
     }
     (col, load)
+}
+
+/// The collector's next message; meanwhile a generator child's tap sends
+/// its batch when it is due (`generator_feed::Tap`).
+async fn next(rx: &mut mpsc::UnboundedReceiver<Msg>, tap: &mut Option<Tap>) -> Option<Msg> {
+    let Some(tap) = tap else { return rx.recv().await };
+    loop {
+        let Some(due) = tap.due() else { return rx.recv().await };
+        if std::time::Instant::now() >= due {
+            tap.flush();
+            continue;
+        }
+        // A message already queued needs no timer.
+        if let Ok(m) = rx.try_recv() {
+            return Some(m);
+        }
+        tokio::select! {
+            m = rx.recv() => return m,
+            _ = sleep_until(due.into()) => tap.flush(),
+        }
+    }
 }
 
 /// A session's outcome after its queries.

@@ -270,7 +270,7 @@ pub fn child(plan: &Plan, index: u32) -> Result<(), Error> {
         metrics: None,
         proxy: Some(link),
         start: Some(start),
-        tap: Some(Box::new(|line| say(&line))),
+        tap: Some(generator_feed::Tap::new(std::io::stdout())),
         remotes: Vec::new(),
     };
     let collector = Collector::new(plan.phases.clone(), plan.replicas, plan.cpus, false);
