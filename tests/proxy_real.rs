@@ -716,7 +716,17 @@ fn proxy_pid(stderr: &str) -> i32 {
 
 /// Whether `pid` is still a running plbbench proxy.
 fn proxy_alive(pid: i32) -> bool {
-    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| text(&c).contains("proxy"))
+    running(pid, "proxy")
+}
+
+/// Whether `pid` is still a running generator child.
+fn generator_alive(pid: i32) -> bool {
+    running(pid, "--generator-child")
+}
+
+/// Whether process `pid` runs with `marker` in its command line.
+fn running(pid: i32, marker: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| text(&c).contains(marker))
 }
 
 /// Rows of a CSV file as maps from its header.
@@ -817,14 +827,7 @@ fn a_run_through_its_own_proxy() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(proxy_alive(pid));
-    let children = loop {
-        let pids = generator_children(run.id());
-        if pids.len() == 2 {
-            break pids;
-        }
-        assert!(began.elapsed() < Duration::from_secs(120), "two generator children never appeared");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let children = two_generators(&mut run);
     run.kill().unwrap();
     run.wait().unwrap();
     let gone = Instant::now();
@@ -833,7 +836,7 @@ fn a_run_through_its_own_proxy() {
         std::thread::sleep(Duration::from_millis(50));
     }
     for child in children {
-        while std::fs::read(format!("/proc/{child}/cmdline")).is_ok_and(|c| text(&c).contains("--generator-child")) {
+        while generator_alive(child) {
             assert!(gone.elapsed() < Duration::from_secs(30), "generator {child} outlived a killed run");
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -872,7 +875,7 @@ fn a_run_with_two_generators_through_one_proxy() {
         "{g}"
     );
     for pid in detail.split(" pid ").skip(1).map(|s| s.split(':').next().unwrap().parse::<i32>().unwrap()) {
-        assert!(!proxy_alive(pid), "generator {pid} outlived the run");
+        assert!(!generator_alive(pid), "generator {pid} outlived the run");
     }
     let queries = csv_rows(&out_dir.join("queries.csv"));
     assert!(!queries.is_empty());
@@ -895,6 +898,21 @@ fn a_run_with_two_generators_through_one_proxy() {
     assert_eq!(before("P", &["r4", "r5"]), 0, "Premium on an F replica before the fault");
 }
 
+/// The pids of `run`'s two generator children, once both are up (within
+/// 60 s, while the run goes on).
+fn two_generators(run: &mut std::process::Child) -> Vec<i32> {
+    let began = Instant::now();
+    loop {
+        let pids = generator_children(run.id());
+        if pids.len() == 2 {
+            return pids;
+        }
+        assert!(began.elapsed() < Duration::from_secs(60), "two generator children never appeared");
+        assert!(run.try_wait().unwrap().is_none(), "the run ended before its generators started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// The children of `parent` whose command line holds `--generator-child`.
 fn generator_children(parent: u32) -> Vec<i32> {
     let mut pids = Vec::new();
@@ -903,8 +921,7 @@ fn generator_children(parent: u32) -> Vec<i32> {
         let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
         // ppid is the second field after the command name's closing parenthesis.
         let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
-        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-        if ppid == Some(parent) && String::from_utf8_lossy(&cmdline).contains("--generator-child") {
+        if ppid == Some(parent) && generator_alive(pid) {
             pids.push(pid);
         }
     }
@@ -926,16 +943,7 @@ fn a_generator_that_dies_stops_the_run_and_fails_its_accounting() {
         c.plbbench(&["run", "--workload", "analytics", "--T", "40", "--duration", "120s", "--generators", "2"]);
     cmd.args(["--checks", "warn", "--progress", "none", "--out", out_dir.to_str().unwrap()]);
     let mut run = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let began = Instant::now();
-    let children = loop {
-        let pids = generator_children(run.id());
-        if pids.len() == 2 {
-            break pids;
-        }
-        assert!(began.elapsed() < Duration::from_secs(60), "two generator children never appeared");
-        assert!(run.try_wait().unwrap().is_none(), "the run ended before its generators started");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let children = two_generators(&mut run);
     // Let the run get under way, then kill one child outright.
     std::thread::sleep(Duration::from_secs(8));
     let killed_at = Instant::now();
@@ -955,9 +963,7 @@ fn a_generator_that_dies_stops_the_run_and_fails_its_accounting() {
     assert!(stderr.contains(&format!("generator 1 (pid {}) died", children[1])), "{stderr}");
     assert!(stderr.contains("accounting check failed"), "{stderr}");
     assert!(!out_dir.exists(), "a run folder was written");
-    let alive =
-        std::fs::read(format!("/proc/{}/cmdline", children[0])).is_ok_and(|c| text(&c).contains("--generator-child"));
-    assert!(!alive, "the surviving generator outlived the run");
+    assert!(!generator_alive(children[0]), "the surviving generator outlived the run");
 }
 
 /// No config file: `--listen 0.0.0.0:P` is refused before anything starts
