@@ -35,11 +35,11 @@ RQ2_RATIO_FLOOR = 2.0
 RQ2_P95_TARGET = -18.2
 
 
-def workload(base, think, queries, ratio, connect_timeout_ms=None):
+def workload(base, think, queries, ratio, login_timeout_ms=None):
     """The paper workload's text with one candidate's values."""
     text = re.sub(r"(?m)^think_ms = .*$", f"think_ms = {think:.1f}", base)
-    if connect_timeout_ms is not None:
-        text = re.sub(r"(?m)^connect_timeout_ms = .*$", f"connect_timeout_ms = {connect_timeout_ms}", text)
+    if login_timeout_ms is not None:
+        text = re.sub(r"(?m)^login_timeout_ms = .*$", f"login_timeout_ms = {login_timeout_ms}", text)
     lo, hi = max(1, round(queries / 2)), round(queries * 3 / 2)
     text = re.sub(r"(?m)^queries_min = .*$", f"queries_min = {lo}", text)
     text = re.sub(r"(?m)^queries_max = .*$", f"queries_max = {hi}", text)
@@ -127,8 +127,8 @@ def main():
     ap.add_argument("--queries", default="30,60")
     ap.add_argument("--ratio", default="measured")
     ap.add_argument("--T", type=int, default=1000)
-    ap.add_argument("--connect-timeout-ms", type=int, default=None,
-                    help="the clients' login deadline [default: the workload's]")
+    ap.add_argument("--login-timeout-ms", type=int, default=None,
+                    help="the clients' login deadline, 0 for none [default: the workload's]")
     ap.add_argument("--recovery", default="none",
                     help="what plb does with a replica that comes back or opens to Freemium (none, probation, slow-start)")
     ap.add_argument("--out", default=None)
@@ -148,7 +148,7 @@ def main():
             map(float, a.think.split(",")), map(int, a.queries.split(",")), ratios):
         tag = f"z{think:g}-n{queries}-r{ratio if ratio is not None else 'm'}"
         path = os.path.join(out, f"{tag}.toml")
-        text = workload(base, think, queries, ratio, a.connect_timeout_ms)
+        text = workload(base, think, queries, ratio, a.login_timeout_ms)
         floor_s, churn = shape(text)
         if floor_s > a.max_floor or churn > a.max_churn:
             continue

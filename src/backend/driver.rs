@@ -39,6 +39,7 @@ use crate::core::saturation::{GeneratorLoad, GeneratorReport};
 use crate::core::schedule::Client;
 use crate::core::workload::{QueryTemplate, Workload};
 use crate::error::Signal;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -317,15 +318,19 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
     let mut signals = Signals::listen();
     let k = input.control.replicas();
     let gated = input.control.gate().is_some();
+    let tcp = Duration::from_millis(input.workload.client.connect_timeout_ms);
     let configs = {
         let c = cluster.lock().expect("cluster lock");
-        (0..k).map(|r| c.config(r)).collect()
+        (0..k).map(|r| with_tcp_deadline(c.config(r), tcp)).collect()
     };
     let (tx, rx) = mpsc::unbounded_channel();
     let (stop_tx, stop_rx) = watch::channel(false);
     let (abort_tx, abort_rx) = watch::channel(false);
     let (proxy, feed) = match input.proxy {
-        Some(l) => (Some(Proxied { configs: l.configs, view: Mutex::new(None) }), Some((l.feed, l.start_unix_s))),
+        Some(l) => {
+            let configs = l.configs.map(|c| with_tcp_deadline(c, tcp));
+            (Some(Proxied { configs, view: Mutex::new(None) }), Some((l.feed, l.start_unix_s)))
+        }
         None => (None, None),
     };
     let start = input.start.map_or_else(Instant::now, Instant::from_std);
@@ -617,6 +622,34 @@ async fn client(ctx: Arc<Ctx>, id: u32, mut script: Client) -> Option<Class> {
     }
 }
 
+/// A session's connection config with the workload's TCP connect deadline
+/// (pgjdbc's `connectTimeout`); the login's deadline is [`login_deadline`].
+fn with_tcp_deadline(mut c: Config, tcp: Duration) -> Config {
+    c.connect_timeout(tcp);
+    c
+}
+
+/// The workload's login deadline plus `hop` (the proxy's own step), or
+/// none when the workload waits as pgjdbc's and libpq's defaults do.
+fn login_deadline(w: &Workload, hop: Duration) -> Option<Duration> {
+    w.client.login_deadline_s().map(|s| Duration::from_secs_f64(s) + hop)
+}
+
+/// The TCP connect's own deadline passed (tokio-postgres's
+/// `connect_timeout`, an I/O error of kind `TimedOut`).
+fn tcp_timed_out(e: &tokio_postgres::Error) -> bool {
+    let io = std::error::Error::source(e).and_then(|s| s.downcast_ref::<std::io::Error>());
+    io.is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+}
+
+/// `f` under `deadline` if there is one: `None` when it passed first.
+async fn within<T>(deadline: Option<Duration>, f: impl Future<Output = T>) -> Option<T> {
+    match deadline {
+        Some(d) => timeout(d, f).await.ok(),
+        None => Some(f.await),
+    }
+}
+
 /// A session's start: on a replica (connected, or why not: `None` when
 /// the run stopped while it connected), or no session this time.
 enum Opened {
@@ -636,19 +669,20 @@ async fn open(ctx: &Ctx, id: u32, class: Class) -> Opened {
         Err(no) => return no,
     };
     ctx.send(Msg::Started(class, r, ctx.now()));
-    let deadline = Duration::from_millis(ctx.workload.client.connect_timeout_ms);
+    let deadline = login_deadline(&ctx.workload, Duration::ZERO);
     let mut stop = ctx.stop.clone();
     let connected = tokio::select! {
-        c = timeout(deadline, ctx.configs[r.idx()].connect(NoTls)) => c,
+        c = within(deadline, ctx.configs[r.idx()].connect(NoTls)) => c,
         _ = stop.wait_for(|s| *s) => return Opened::On(r, Err(None)),
     };
     let err = match connected {
-        Ok(Ok((client, conn))) => {
+        Some(Ok((client, conn))) => {
             tokio::spawn(conn);
             return Opened::On(r, Ok(client));
         }
-        Ok(Err(e)) => ConnectError::of_sqlstate(e.code().map(|c| c.code())),
-        Err(_) => ConnectError::Timeout,
+        Some(Err(e)) if tcp_timed_out(&e) => ConnectError::Timeout,
+        Some(Err(e)) => ConnectError::of_sqlstate(e.code().map(|c| c.code())),
+        None => ConnectError::Timeout,
     };
     Opened::On(r, Err(Some(ctx.control(|ctl, now| ctl.c.connect_failed(r, err, now)))))
 }
@@ -658,25 +692,25 @@ async fn open(ctx: &Ctx, id: u32, class: Class) -> Opened {
 /// refusal naming no replica (no replica can take the session, or the
 /// proxy is unreachable) backs off as when no replica can take it here.
 async fn open_proxied(ctx: &Ctx, p: &Proxied, class: Class) -> Opened {
-    let deadline = Duration::from_millis(ctx.workload.client.connect_timeout_ms) + PROXY_HOP;
+    let deadline = login_deadline(&ctx.workload, PROXY_HOP);
     let mut stop = ctx.stop.clone();
     let connected = tokio::select! {
-        c = timeout(deadline, p.configs[class.idx()].connect(NoTls)) => c,
+        c = within(deadline, p.configs[class.idx()].connect(NoTls)) => c,
         _ = stop.wait_for(|s| *s) => return Opened::Stopped,
     };
     let (r, connected) = match connected {
-        Ok(Ok((client, conn))) => {
+        Some(Ok((client, conn))) => {
             let Some(r) = conn.parameter(proxy_feed::REPLICA_PARAM).and_then(proxy_feed::replica_of_param) else {
                 return Opened::NoRoute;
             };
             tokio::spawn(conn);
             (r, Ok(client))
         }
-        Ok(Err(e)) => match e.as_db_error().and_then(|d| d.detail()).and_then(proxy_feed::failure_of_detail) {
+        Some(Err(e)) => match e.as_db_error().and_then(|d| d.detail()).and_then(proxy_feed::failure_of_detail) {
             Some((r, why)) => (r, Err(Some(AbortReason::Connect(why)))),
             None => return Opened::NoRoute,
         },
-        Err(_) => return Opened::NoRoute,
+        None => return Opened::NoRoute,
     };
     ctx.send(Msg::Started(class, r, ctx.now()));
     Opened::On(r, connected)

@@ -317,8 +317,8 @@ impl Sim<'_, '_> {
         }
     }
 
-    /// Sets up the session's connection under the client's connect
-    /// deadline: the postmaster's fork (`fork_cpu_ms`, one login at a time,
+    /// Sets up the session's connection under the client's login deadline
+    /// (if it has one; the TCP connect is the kernel's and instant here): the postmaster's fork (`fork_cpu_ms`, one login at a time,
     /// first come first served), then the backend's own set-up (the rest of
     /// `connect_cpu_ms`) beside the queries.
     fn connect(&mut self, i: usize, r: ReplicaId) {
@@ -326,7 +326,9 @@ impl Sim<'_, '_> {
         let fork_s = w.session.fork_cpu_ms / 1000.0;
         let stage = if fork_s > 0.0 { SetUp::Forking } else { SetUp::Starting };
         let q = self.next_job(i, stage);
-        self.at(self.now + w.client.connect_timeout_ms as f64 / 1000.0, Ev::Timeout(i as u32, q));
+        if let Some(deadline) = w.client.login_deadline_s() {
+            self.at(self.now + deadline, Ev::Timeout(i as u32, q));
+        }
         if fork_s <= 0.0 {
             return self.enqueue(r, i, q, w.session.connect_cpu_ms / 1000.0);
         }

@@ -117,7 +117,8 @@ pub struct SessionShape {
 }
 
 /// Client deadlines and retries, like real drivers and pools (design.md
-/// §3): every connect and query has a deadline, and a client whose session
+/// §3): every TCP connect and query has a deadline, and every login one
+/// unless the workload waits as pgjdbc's and libpq's defaults do, and a client whose session
 /// broke or could not start retries after an exponential backoff with full
 /// jitter (a uniform draw below `min(backoff_max_ms, backoff_ms x 2^k)`
 /// after the k-th consecutive failure), so a slow replica does not turn
@@ -125,8 +126,19 @@ pub struct SessionShape {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClientShape {
-    /// Connect deadline in ms (default 10000, pgjdbc's connectTimeout).
+    /// TCP connect deadline in ms (default 10000): pgjdbc's
+    /// `connectTimeout`, tokio-postgres's `connect_timeout`, bounding the
+    /// socket's connect only.
     pub connect_timeout_ms: u64,
+    /// Login deadline in ms: the whole login (TCP, startup, the wait for
+    /// the postmaster to fork a backend, SCRAM, the first prepare), as
+    /// pgjdbc's `loginTimeout` and libpq's `connect_timeout` bound it.
+    /// Absent, the same as `connect_timeout_ms` (what a file written before
+    /// this field meant by its connect deadline); `0` waits without a
+    /// deadline, the default of pgjdbc (`loginTimeout` 0), libpq and
+    /// psycopg, bounded only by the run's end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub login_timeout_ms: Option<u64>,
     /// Query deadline in ms (default 30000).
     pub query_timeout_ms: u64,
     /// Backoff ceiling after the first failure, ms (default 500).
@@ -141,6 +153,7 @@ impl Default for ClientShape {
     fn default() -> Self {
         ClientShape {
             connect_timeout_ms: 10_000,
+            login_timeout_ms: None,
             query_timeout_ms: 30_000,
             backoff_ms: 500,
             backoff_max_ms: 10_000,
@@ -160,6 +173,14 @@ pub enum Jitter {
 }
 
 impl ClientShape {
+    /// The login deadline, seconds: `None` waits without one.
+    pub fn login_deadline_s(&self) -> Option<f64> {
+        match self.login_timeout_ms.unwrap_or(self.connect_timeout_ms) {
+            0 => None,
+            ms => Some(ms as f64 / 1000.0),
+        }
+    }
+
     /// The backoff before retry number `failures + 1` (0 after the first
     /// failure), seconds, given a uniform draw `u` in [0, 1).
     pub fn backoff_s(&self, failures: u32, u: f64) -> f64 {
@@ -485,6 +506,20 @@ mod tests {
         assert!(f / 0.6 > p / 0.9, "Freemium is the busier partition");
         let cluster = w.offered_utilisation(1000, 25, 5, 0.3);
         assert!((cluster - (p + f) / 1.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_login_deadline_defaults_to_the_connect_deadline_and_zero_waits() {
+        let mut w = Workload::parse(DEFAULT).unwrap();
+        w.client.connect_timeout_ms = 7_000;
+        assert_eq!(w.client.login_deadline_s(), Some(7.0), "an earlier file's connect deadline bounds the login");
+        w.client.login_timeout_ms = Some(60_000);
+        assert_eq!(w.client.login_deadline_s(), Some(60.0));
+        w.client.login_timeout_ms = Some(0);
+        assert_eq!(w.client.login_deadline_s(), None, "0 waits, as pgjdbc's loginTimeout 0");
+        w.validate().expect("a login without a deadline is valid");
+        w.client.connect_timeout_ms = 0;
+        assert!(w.validate().unwrap_err().to_string().contains("client.connect_timeout_ms"));
     }
 
     #[test]

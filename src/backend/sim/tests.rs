@@ -53,12 +53,19 @@ fn an_exiting_backend_keeps_its_connection_slot_until_its_exit_is_done() {
 /// each login 1 s of CPU, under a 5.5 s connect deadline: the connect
 /// time-outs by the time the first deadline has passed.
 fn login_timeouts(fork_cpu_ms: f64) -> u64 {
+    login_timeouts_under(fork_cpu_ms, None)
+}
+
+/// [`login_timeouts`] under a login deadline of `login_timeout_ms` (`None`:
+/// the connect deadline's).
+fn login_timeouts_under(fork_cpu_ms: f64, login_timeout_ms: Option<u64>) -> u64 {
     let mut w = Workload::parse(include_str!("../../../workloads/analytics.toml")).unwrap();
     w.session.connect_cpu_ms = 1000.0;
     w.session.fork_cpu_ms = fork_cpu_ms;
     (w.session.connect_latency_ms, w.session.close_cpu_ms) = (0.0, 0.0);
     (w.session.think_ms, w.session.between_ms) = (1_000_000.0, 0.0);
     w.client.connect_timeout_ms = 5500;
+    w.client.login_timeout_ms = login_timeout_ms;
     let router = Router::new(RouterConfig::for_tests(Strategy::Rr, [1, 0, 1]));
     let watch = Watch::oracle(2, Recovery::None, HealthConfig::default());
     let control = Controller::new(router, watch, None, 1.0, w.client.query_timeout_ms as f64);
@@ -87,4 +94,6 @@ fn login_timeouts(fork_cpu_ms: f64) -> u64 {
 fn logins_queue_for_the_postmaster_one_at_a_time() {
     assert_eq!(login_timeouts(1000.0), 10);
     assert_eq!(login_timeouts(0.0), 20);
+    assert!(login_timeouts_under(1000.0, Some(2500)) > 10, "a shorter login deadline of its own governs");
+    assert_eq!(login_timeouts_under(1000.0, Some(0)), 0, "a login without a deadline waits");
 }

@@ -117,10 +117,11 @@ pub(crate) fn dsn(cfg: &tokio_postgres::Config) -> String {
 
 /// The proxy config the child reads: the cluster's replicas, the class
 /// rule on application_name, trust (the clients are the run's own), and
-/// the workload's connect deadline on the replica.
+/// the workload's login deadline on the replica (a day when the workload
+/// waits without one: none within any run).
 fn config_text(cluster: &Cluster, w: &Workload) -> String {
     let dsns: Vec<String> = (0..cluster.replicas()).map(|r| dsn(&cluster.config(r))).collect();
-    let connect_s = w.client.connect_timeout_ms as f64 / 1000.0;
+    let connect_s = w.client.login_deadline_s().unwrap_or(86_400.0);
     format!(
         "listen = \"127.0.0.1:0\"\ndsns = {}\ndrain_s = 1\nserver_connect_timeout_s = {connect_s}\n\n[class]\nparam = \"application_name\"\npremium_prefix = \"{PREMIUM_APP}\"\n",
         toml_list(&dsns)
