@@ -90,6 +90,8 @@ fn a_calibration_of_a_real_replica_is_a_file_the_simulator_runs_on() {
     let out = Command::new(env!("CARGO_BIN_EXE_plbbench"))
         .args([
             "run",
+            "--workload",
+            "analytics",
             "--cluster",
             "sim",
             "--T",

@@ -196,7 +196,12 @@ fn dry_run_prints_the_plan_and_starts_nothing() {
     assert_eq!(v["settings"]["time_scale"], 0.5);
     assert_eq!(v["faults"].as_array().unwrap().len(), 2, "premium-fault: a Down and a Rejoin: {v}");
     let u = v["offered_utilisation"].as_f64().unwrap();
-    assert!(u > 0.05 && u < 1.0, "{u}");
+    assert!(u > 2.0, "the default, the paper's regime, saturates the cluster: {u}");
+    let out = plbbench(&["run", "--dry-run", "--cluster", "sim", "--format", "json", "--load", "0.4"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["settings"]["workload"], "analytics", "--load alone runs the steady workload: {v}");
+    let u = v["offered_utilisation"].as_f64().unwrap();
+    assert!((u - 0.4).abs() < 1e-3, "{u}");
 }
 
 /// Completions and man pages come from the same definition as --help.
@@ -790,8 +795,8 @@ fn a_calibration_resizes_the_pause_to_the_workloads_operating_point() {
     let file = dir.join("slow-host.toml");
     std::fs::write(&file, &doubled).unwrap();
     let run = dir.join("run");
-    let args = ["--T", "200", "--faults", "none", "--time-scale", "0.1", "--calibration", file.to_str().unwrap()];
-    let out = sim_run(&run, &args);
+    let args = ["--workload", "analytics", "--T", "200", "--faults", "none", "--time-scale", "0.1"];
+    let out = sim_run(&run, &[&args[..], &["--calibration", file.to_str().unwrap()]].concat());
     assert!(out.status.success(), "{}", text(&out.stderr));
     let config: toml::Value = toml::from_str(&std::fs::read_to_string(run.join("config.toml")).unwrap()).unwrap();
     let between = config["workload"]["session"]["between_ms"].as_float().unwrap();
@@ -808,7 +813,7 @@ fn a_calibration_resizes_the_pause_to_the_workloads_operating_point() {
         cheap.replace("cpu_ms = 7.26\n", "cpu_ms = 0.05\n").replace("close_cpu_ms = 2.11\n", "close_cpu_ms = 0.01\n");
     let cheap = cheap.replace("postmaster_cpu_ms = 0.48\n", "postmaster_cpu_ms = 0.01\n");
     std::fs::write(&file, cheap).unwrap();
-    let out = sim_run(&dir.join("refused"), &args);
+    let out = sim_run(&dir.join("refused"), &[&args[..], &["--calibration", file.to_str().unwrap()]].concat());
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     let err = text(&out.stderr);
     assert_eq!(err.trim().lines().count(), 1, "{err}");

@@ -110,7 +110,7 @@ pub struct CommonArgs {
     /// rr-split partition sizes Premium:Freemium (sum K, each at least 1; read only by rr-split) [default: 3:2 at K=5, the same proportion at K: 4:3 at K=7].
     #[arg(long, value_name = "R:F")]
     pub split: Option<String>,
-    /// Workload: a file, or a built-in by name: analytics (the steady open workload, the home of --load), paper (the paper's regime, a saturated closed population fitted on RQ1 and RQ2), closed-population, held-sessions [default: analytics].
+    /// Workload: a file, or a built-in by name: paper (the paper's regime, a saturated closed population fitted on RQ1 and RQ2), analytics (the steady open workload, the home of --load), closed-population, held-sessions [default: paper; analytics when --load is given].
     #[arg(long, value_name = "FILE|NAME")]
     pub workload: Option<PathBuf>,
     /// Calibration file (`plbbench calibrate`) whose measured costs replace the workload's: each template's cpu_ms and the connection set-up; a workload with an [operating_point] then re-sizes its pause to offer that point at these costs [default: the workload's own figures; scripts/main.sh passes this host's, measured once].

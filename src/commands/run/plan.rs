@@ -22,20 +22,29 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The built-in default workload (`workloads/analytics.toml`, the steady
-/// one). The paper's regime (`paper`) is built in beside it; it becomes the
-/// default once the real cluster holds it (docs/paper.md, "The paper's
-/// regime").
-pub const DEFAULT_WORKLOAD: &str = include_str!("../../../workloads/analytics.toml");
+/// The built-in default workload: the paper's regime
+/// (`workloads/paper.toml`, design.md §3 as revised 2026-12-03), so the
+/// main job `plbbench run --strategy plb --mix 25:75 --T 1000` is the
+/// paper's experiment.
+pub const DEFAULT_WORKLOAD: &str = "paper";
+
+/// The steady open workload (`workloads/analytics.toml`), the home of the
+/// load axis: `--load` without `--workload` runs it.
+pub const LOAD_WORKLOAD: &str = "analytics";
 
 /// The workloads built into the binary, by name: `--workload NAME` finds
 /// them without a path (a file of that name, if one exists, wins).
 pub const BUILT_IN_WORKLOADS: [(&str, &str); 4] = [
-    ("analytics", DEFAULT_WORKLOAD),
     ("paper", include_str!("../../../workloads/paper.toml")),
+    ("analytics", include_str!("../../../workloads/analytics.toml")),
     ("closed-population", include_str!("../../../workloads/closed-population.toml")),
     ("held-sessions", include_str!("../../../workloads/held-sessions.toml")),
 ];
+
+/// The text of the built-in workload `name` (one of [`BUILT_IN_WORKLOADS`]).
+fn built_in(name: &str) -> &'static str {
+    BUILT_IN_WORKLOADS.iter().find(|(n, _)| *n == name).map(|(_, text)| *text).expect("a built-in workload")
+}
 
 /// The text of the built-in workload `name`, if `name` is one and no file
 /// of that name exists.
@@ -278,8 +287,13 @@ fn set_load(w: &mut Workload, load: f64, clients: u32, pct: u32, replicas: usize
 }
 
 /// Loads the workload `--workload` names (a file, or a built-in by name),
-/// or the built-in default.
+/// or the built-in default ([`DEFAULT_WORKLOAD`]).
 pub fn load_workload(path: Option<&Path>) -> Result<Workload, Error> {
+    load_workload_or(path, DEFAULT_WORKLOAD)
+}
+
+/// [`load_workload`] with the built-in `default` when `path` is `None`.
+pub fn load_workload_or(path: Option<&Path>, default: &str) -> Result<Workload, Error> {
     let (name, text) = match path {
         Some(p) => match built_in_workload(p) {
             Some(text) => (p.display().to_string(), text.to_string()),
@@ -292,7 +306,7 @@ pub fn load_workload(path: Option<&Path>) -> Result<Workload, Error> {
             }
             None => (p.display().to_string(), read_text("--workload", p)?),
         },
-        None => ("analytics".to_string(), DEFAULT_WORKLOAD.to_string()),
+        None => (default.to_string(), built_in(default).to_string()),
     };
     Workload::parse(&text).map_err(|e| input("--workload", format!("{name}: {e}")))
 }
@@ -323,7 +337,8 @@ impl Plan {
         if c.detection != Detection::Oracle && c.probe_interval_ms == 0 {
             return Err(input("--probe-interval-ms", "must be at least 1"));
         }
-        let mut workload = load_workload(c.workload.as_deref())?;
+        let default = if c.load.is_some() { LOAD_WORKLOAD } else { DEFAULT_WORKLOAD };
+        let mut workload = load_workload_or(c.workload.as_deref(), default)?;
         let calibration = match &c.calibration {
             Some(path) => Some(calibrate(&mut workload, path, c.replicas, c.cpus, split)?),
             None => None,
@@ -797,14 +812,14 @@ mod tests {
 
     #[test]
     fn named_workloads_resolve_without_a_path_and_an_unknown_name_is_refused() {
-        assert_eq!(load_workload(None).unwrap().name, "analytics");
+        assert_eq!(load_workload(None).unwrap().name, "paper");
         for (name, _) in BUILT_IN_WORKLOADS {
             assert_eq!(load_workload(Some(Path::new(name))).unwrap().name, name);
         }
         let e = msg_of(load_workload(Some(Path::new("analytic"))).unwrap_err());
         assert_eq!(
             e,
-            "--workload: `analytic` is neither a file nor a built-in workload (analytics, paper, closed-population, held-sessions)"
+            "--workload: `analytic` is neither a file nor a built-in workload (paper, analytics, closed-population, held-sessions)"
         );
         let e = msg_of(load_workload(Some(Path::new("/nonexistent/w.toml"))).unwrap_err());
         assert!(e.starts_with("--workload: cannot read /nonexistent/w.toml"), "{e}");
@@ -815,7 +830,8 @@ mod tests {
         let mut paper = load_workload(Some(Path::new("paper"))).unwrap();
         let closed = msg_of(set_load(&mut paper, 0.6, 1000, 25, 5, 0.3).unwrap_err());
         assert!(closed.starts_with("--load: the workload `paper` is a closed population"), "{closed}");
-        let w0 = load_workload(None).unwrap();
+        let w0 = load_workload_or(None, LOAD_WORKLOAD).unwrap();
+        assert_eq!(w0.name, "analytics");
         for load in [0.2, 0.6, 1.2] {
             let mut w = w0.clone();
             set_load(&mut w, load, 1000, 25, 5, 0.3).unwrap();
