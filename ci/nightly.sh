@@ -2,14 +2,16 @@
 # The nightly regression job (docs/manual.md, "Nightly regression job"). Builds plbbench (scripts/setup.sh),
 # then:
 #   1. runs the simulator's full paper grid (4 strategies x 3 mixes x
-#      2 presets x 5 repeats, T=1000; deterministic, a few seconds) and
+#      2 presets x 5 repeats, T=1000, the default workload, the paper's
+#      regime; deterministic, about 15 seconds) and
 #      compares it with the committed baseline ci/baseline/sim under tight
 #      thresholds: any change in the simulator's results is a change in the
 #      code, so it must be explained and the baseline refreshed;
-#   2. runs a short real-cluster experiment (plb and 5RR, cascade, 25:75,
-#      one repeat, time scale 0.2: two 60 s runs on five local PostgreSQL
-#      servers) and compares it with ci/baseline/real under loose
-#      thresholds that catch a broken router or driver, not machine noise;
+#   2. runs a short real-cluster experiment of the paper's regime (the
+#      default workload; plb and 5RR, cascade, 25:75, one repeat, time
+#      scale 0.7: two 3.5-minute runs on five local PostgreSQL servers)
+#      and compares it with ci/baseline/real under loose thresholds that
+#      catch a broken router or driver, not machine noise;
 #   3. rebuilds reports/index.html so the night's reports are archived.
 # Every report is kept under $NIGHTLY_OUT (default reports/nightly/<utc>),
 # with the comparisons as text, markdown (for a pull-request comment) and
@@ -57,18 +59,25 @@ compare sim \
     'freemium.*.goodput_qps>=-2%'
 
 if [[ $real == 1 ]]; then
-    echo "nightly: real local cluster, plb and rr, cascade 25:75, time scale 0.2 -> $out/real"
+    echo "nightly: real local cluster, the paper's regime, plb and rr, cascade 25:75, time scale 0.7 -> $out/real"
     "$bin" experiment --cluster local --strategies plb,rr --mixes 25:75 --faults cascade \
-        --repeat 1 --time-scale 0.2 -q --checks warn --out "$out/real"
-    # Gates (2026-12-01, sized workload): two back-to-back runs on a quiet
-    # machine differed by at most 12 ms in plb's Premium p95 (phases of
-    # 6-12 s hold a few hundred Premium queries, so p95 moves by +100%
-    # between runs at 10-20 ms), 0.5% in plb's Premium goodput and 1% in
-    # Freemium's baseline goodput: the limits are about four times that.
+        --repeat 1 --time-scale 0.7 -q --checks warn --out "$out/real"
+    # Gates (2026-12-05, the paper's regime): the baseline is repeat 1 of
+    # plb and 5RR under cascade in reports/examples/real-paper-default-25-75-ts07
+    # (kept, not re-run: `experiment` keeps complete runs of the same
+    # settings). Across that grid's 3 repeats on a quiet machine, plb's
+    # Premium goodput in the baseline moved by 7% and its p95 by 7%, its
+    # down1 p95 by 10%, and Freemium's baseline goodput by 6-7% under
+    # either strategy; the limits are about twice that. The fault phases'
+    # goodput is not gated: plb's Premium goodput in down2 ranged from 91
+    # to 166 q/s between repeats (phases of 21-42 s under sessions pinned
+    # for 30-100 s). A broken router shows first in the baseline: plb
+    # gives Premium twice 5RR's goodput there (520-559 against 246-259 q/s).
     compare real \
-        'plb/*/*/premium.*.p95_ms<+50' \
-        'plb/*/*/premium.*.goodput_qps>-5%' \
-        '*/*/*/freemium.baseline.goodput_qps>-5%'
+        'plb/*/*/premium.baseline.goodput_qps>-15%' \
+        'plb/*/*/premium.baseline.p95_ms<+25%' \
+        'plb/*/*/premium.down1.p95_ms<+50%' \
+        '*/*/*/freemium.baseline.goodput_qps>-15%'
 else
     echo "nightly: NIGHTLY_REAL=0: real-cluster part skipped"
 fi

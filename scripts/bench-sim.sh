@@ -14,6 +14,8 @@
 #      time per simulated second between consecutive lengths (the slope of
 #      wall time against run length, without the fixed cost of a process
 #      and its report; target: flat within 15%), and the peak RSS.
+# Every figure is of the steady workload (`--workload analytics`, the
+# default until 2026-12-05), so the series stays comparable across dates.
 # Prints markdown tables. Usage: scripts/bench-sim.sh [N (5)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +39,7 @@ timed() {
 walls=()
 for i in $(seq "$n"); do
     rm -rf "$out/grid"
-    timed "$bin" experiment --cluster sim --quiet --checks warn --out "$out/grid"
+    timed "$bin" experiment --cluster sim --workload analytics --quiet --checks warn --out "$out/grid"
     walls+=("$wall")
 done
 printf 'full paper grid (120 sim runs, T=1000, 300 s each): median %.2f s wall of %d (target <= 60 s)\n\n' \
@@ -48,7 +50,7 @@ row() {
     local label=$1 walls=() peak=0 i
     shift
     for i in $(seq "$n"); do
-        timed "$bin" run --cluster sim --seed "$i" --quiet --checks warn --force --out "$out/run" "$@"
+        timed "$bin" run --cluster sim --workload analytics --seed "$i" --quiet --checks warn --force --out "$out/run" "$@"
         walls+=("$wall"); (( rss > peak )) && peak=$rss
     done
     printf '| %s | %.3f | %.1f |\n' "$label" "$(printf '%s\n' "${walls[@]}" | median)" "$(echo "$peak / 1024" | bc -l)"
@@ -69,7 +71,7 @@ length() {
     for x in 1 2 4 8; do
         walls=()
         for i in $(seq "$n"); do
-            timed "$bin" run --cluster sim --seed "$i" --quiet --checks warn --force --out "$out/run" \
+            timed "$bin" run --cluster sim --workload analytics --seed "$i" --quiet --checks warn --force --out "$out/run" \
                 --faults cascade --T "$t" --time-scale "$x"
             walls+=("$wall")
         done

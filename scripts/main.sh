@@ -3,12 +3,16 @@
 # PLB at mix 25:75 with T=1000 clients on a five-replica local PostgreSQL
 # cluster under the premium-fault preset. Extra arguments go to `plbbench run`.
 #
-# The costs are this host's: the first time, `plbbench calibrate` measures
-# them (about 1.5 minutes) into target/calibration-host.toml, and every later
-# run reuses that file, so the workload's operating point (70% of rr-split's
-# Freemium pair; docs/measurement.md, "An operating point that travels")
-# holds on this machine. Delete the file to measure again;
-# PLBBENCH_CALIBRATE=0, or a --calibration of your own, skips it.
+# The main job runs the default workload, the paper's regime
+# (workloads/paper.toml: 1,000 clients that never pause between sessions,
+# so the cluster is saturated whatever the host). The costs are this
+# host's: the first time, `plbbench calibrate` measures them (about 1.5
+# minutes) into target/calibration-host.toml, every later run reuses that
+# file and records it in its settings, and a workload with an operating
+# point (`--workload analytics`: 70% of rr-split's Freemium pair;
+# docs/measurement.md, "An operating point that travels") holds it on this
+# machine. Delete the file to measure again; PLBBENCH_CALIBRATE=0, or a
+# --calibration of your own, skips it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
