@@ -318,8 +318,9 @@ impl Sim<'_, '_> {
     }
 
     /// Sets up the session's connection under the client's login deadline
-    /// (if it has one; the TCP connect is the kernel's and instant here): the postmaster's fork (`fork_cpu_ms`, one login at a time,
-    /// first come first served), then the backend's own set-up (the rest of
+    /// (if it has one; the TCP connect is the kernel's and instant here):
+    /// the postmaster's fork (`fork_cpu_ms`, one login at a time, first
+    /// come first served), then the backend's own set-up (the rest of
     /// `connect_cpu_ms`) beside the queries.
     fn connect(&mut self, i: usize, r: ReplicaId) {
         let w = self.input.workload;

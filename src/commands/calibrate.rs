@@ -19,7 +19,7 @@
 
 use super::bench::{self, BenchSpec};
 use super::lists::parse_list;
-use super::run::plan::load_workload_or;
+use super::run::plan::{load_workload, STEADY_WORKLOAD};
 use crate::cluster::local::{default_state_dir, LocalCluster, LocalOptions};
 use crate::core::calibration::{Calibration, ConnectCost, Machine, Point, TemplateCost};
 use crate::core::workload::{QueryTemplate, Workload};
@@ -114,7 +114,7 @@ impl CalibrateArgs {
 /// Runs the calibration and writes its file.
 pub fn calibrate(args: CalibrateArgs) -> Result<(), Error> {
     let levels = args.levels()?;
-    let w = load_workload_or(args.workload.as_deref(), "analytics")?;
+    let w = load_workload(args.workload.as_deref(), STEADY_WORKLOAD)?;
     let machine = machine();
     let busy = host_cpu_in_use();
     if busy > BUSY_HOST {

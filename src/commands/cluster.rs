@@ -4,7 +4,7 @@
 //! also serve as an external cluster file's commands). The flags are
 //! declared here, beside the code that reads them.
 
-use super::run::plan::load_workload_or;
+use super::run::plan::{load_workload, STEADY_WORKLOAD};
 use super::signals::catch_signals;
 use crate::cluster::docker::{self, DockerCluster, DockerOptions};
 use crate::cluster::local::{default_state_dir, LocalCluster, LocalOptions};
@@ -161,7 +161,7 @@ fn up(a: ClusterUpArgs) -> Result<(), Error> {
     if !(a.cpus.is_finite() && a.cpus > 0.0) {
         return Err(input("--cpus", format!("must be a positive number of cores, got {}", a.cpus)));
     }
-    let w = load_workload_or(a.workload.as_deref(), "analytics")?;
+    let w = load_workload(a.workload.as_deref(), STEADY_WORKLOAD)?;
     let started = Instant::now();
     let interrupted = catch_signals();
     let mut c = match a.backend {

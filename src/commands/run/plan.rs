@@ -29,8 +29,10 @@ use std::time::Duration;
 pub const DEFAULT_WORKLOAD: &str = "paper";
 
 /// The steady open workload (`workloads/analytics.toml`), the home of the
-/// load axis: `--load` without `--workload` runs it.
-pub const LOAD_WORKLOAD: &str = "analytics";
+/// load axis: `--load` without `--workload` runs it, and `calibrate` and
+/// `cluster up` default to its templates and dataset (the paper's are the
+/// same).
+pub const STEADY_WORKLOAD: &str = "analytics";
 
 /// The workloads built into the binary, by name: `--workload NAME` finds
 /// them without a path (a file of that name, if one exists, wins).
@@ -287,13 +289,8 @@ fn set_load(w: &mut Workload, load: f64, clients: u32, pct: u32, replicas: usize
 }
 
 /// Loads the workload `--workload` names (a file, or a built-in by name),
-/// or the built-in default ([`DEFAULT_WORKLOAD`]).
-pub fn load_workload(path: Option<&Path>) -> Result<Workload, Error> {
-    load_workload_or(path, DEFAULT_WORKLOAD)
-}
-
-/// [`load_workload`] with the built-in `default` when `path` is `None`.
-pub fn load_workload_or(path: Option<&Path>, default: &str) -> Result<Workload, Error> {
+/// or the built-in `default` when it names none.
+pub fn load_workload(path: Option<&Path>, default: &str) -> Result<Workload, Error> {
     let (name, text) = match path {
         Some(p) => match built_in_workload(p) {
             Some(text) => (p.display().to_string(), text.to_string()),
@@ -337,8 +334,8 @@ impl Plan {
         if c.detection != Detection::Oracle && c.probe_interval_ms == 0 {
             return Err(input("--probe-interval-ms", "must be at least 1"));
         }
-        let default = if c.load.is_some() { LOAD_WORKLOAD } else { DEFAULT_WORKLOAD };
-        let mut workload = load_workload_or(c.workload.as_deref(), default)?;
+        let default = if c.load.is_some() { STEADY_WORKLOAD } else { DEFAULT_WORKLOAD };
+        let mut workload = load_workload(c.workload.as_deref(), default)?;
         let calibration = match &c.calibration {
             Some(path) => Some(calibrate(&mut workload, path, c.replicas, c.cpus, split)?),
             None => None,
@@ -812,25 +809,25 @@ mod tests {
 
     #[test]
     fn named_workloads_resolve_without_a_path_and_an_unknown_name_is_refused() {
-        assert_eq!(load_workload(None).unwrap().name, "paper");
+        assert_eq!(load_workload(None, DEFAULT_WORKLOAD).unwrap().name, "paper");
         for (name, _) in BUILT_IN_WORKLOADS {
-            assert_eq!(load_workload(Some(Path::new(name))).unwrap().name, name);
+            assert_eq!(load_workload(Some(Path::new(name)), DEFAULT_WORKLOAD).unwrap().name, name);
         }
-        let e = msg_of(load_workload(Some(Path::new("analytic"))).unwrap_err());
+        let e = msg_of(load_workload(Some(Path::new("analytic")), DEFAULT_WORKLOAD).unwrap_err());
         assert_eq!(
             e,
             "--workload: `analytic` is neither a file nor a built-in workload (paper, analytics, closed-population, held-sessions)"
         );
-        let e = msg_of(load_workload(Some(Path::new("/nonexistent/w.toml"))).unwrap_err());
+        let e = msg_of(load_workload(Some(Path::new("/nonexistent/w.toml")), DEFAULT_WORKLOAD).unwrap_err());
         assert!(e.starts_with("--workload: cannot read /nonexistent/w.toml"), "{e}");
     }
 
     #[test]
     fn load_sets_the_pause_between_sessions_to_offer_that_share_of_the_cluster() {
-        let mut paper = load_workload(Some(Path::new("paper"))).unwrap();
+        let mut paper = load_workload(Some(Path::new("paper")), DEFAULT_WORKLOAD).unwrap();
         let closed = msg_of(set_load(&mut paper, 0.6, 1000, 25, 5, 0.3).unwrap_err());
         assert!(closed.starts_with("--load: the workload `paper` is a closed population"), "{closed}");
-        let w0 = load_workload_or(None, LOAD_WORKLOAD).unwrap();
+        let w0 = load_workload(None, STEADY_WORKLOAD).unwrap();
         assert_eq!(w0.name, "analytics");
         for load in [0.2, 0.6, 1.2] {
             let mut w = w0.clone();
