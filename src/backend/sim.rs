@@ -22,10 +22,11 @@ use crate::core::workload::Workload;
 
 mod agenda;
 mod calendar;
-mod heap;
+mod prefetch;
 mod server;
 
-use agenda::{Agenda, Ev};
+use agenda::{Agenda, Ahead, Ev};
+use prefetch::prefetch;
 use server::{Server, BACKGROUND, BURST_CORES, SPENT};
 
 /// What the simulator needs besides the collector.
@@ -128,6 +129,7 @@ pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
             break;
         }
         sim.now = t;
+        sim.prefetch_ahead();
         sim.handle(ev);
         sim.record();
     }
@@ -152,6 +154,21 @@ impl Sim<'_, '_> {
         for e in self.input.control.drain_events() {
             e.record(self.col);
         }
+    }
+
+    /// Starts loading the client a few events ahead will touch
+    /// ([`prefetch`]): the one whose timer it is, or the one whose job a
+    /// replica's completion ends.
+    fn prefetch_ahead(&self) {
+        let client = match self.agenda.prefetch_ahead() {
+            Some(Ahead::Client(c)) => c,
+            Some(Ahead::Done(r)) => match self.servers[r.idx()].next() {
+                Some((_, c)) if c != BACKGROUND => c as usize,
+                _ => return,
+            },
+            None => return,
+        };
+        prefetch(&self.clients[client]);
     }
 
     fn at(&mut self, t: f64, ev: Ev) {

@@ -5,6 +5,7 @@
 
 pub mod admission;
 pub mod calibration;
+pub mod chacha;
 pub mod control;
 pub mod degradation;
 pub mod detect;

@@ -3,6 +3,7 @@
 //! session lengths, think times, templates and parameters in a fixed order,
 //! so a seed fixes every client's script whatever the backend's timing.
 
+use super::chacha::ChaCha8;
 use super::model::Class;
 use super::workload::Workload;
 use rand::seq::SliceRandom;
@@ -17,12 +18,12 @@ pub struct Client {
     pub class: Class,
     /// When it arrives, seconds from run start (already time-scaled).
     pub arrival_s: f64,
-    rng: ChaCha8Rng,
+    rng: ChaCha8,
     /// Draws the retry backoffs only, so that how often a client fails
     /// (which depends on the backend's timing) never shifts its script.
     /// Made from `retry_seed` at the first failure: most clients never
-    /// fail, and a generator's state is 300 bytes (T of them at fleet scale).
-    retry: Option<Box<ChaCha8Rng>>,
+    /// fail, and a generator's state is 112 bytes (T of them at fleet scale).
+    retry: Option<Box<ChaCha8>>,
     retry_seed: u64,
     /// Consecutive failed attempts since the last completed session.
     failures: u32,
@@ -58,7 +59,7 @@ pub fn clients(total: u32, premium_pct: u32, ramp_s: f64, seed: u64) -> Vec<Clie
             Client {
                 class,
                 arrival_s,
-                rng: ChaCha8Rng::seed_from_u64(own),
+                rng: ChaCha8::seed_from_u64(own),
                 retry: None,
                 retry_seed: own.rotate_left(17),
                 failures: 0,
@@ -67,7 +68,7 @@ pub fn clients(total: u32, premium_pct: u32, ramp_s: f64, seed: u64) -> Vec<Clie
         .collect()
 }
 
-fn exp_s(rng: &mut ChaCha8Rng, mean_ms: f64) -> f64 {
+fn exp_s(rng: &mut ChaCha8, mean_ms: f64) -> f64 {
     if mean_ms == 0.0 {
         return 0.0; // a closed population: no pause
     }
@@ -94,7 +95,7 @@ impl Client {
     /// The next draw of the retry generator, made at its first use.
     fn retry_draw(&mut self) -> f64 {
         let seed = self.retry_seed;
-        self.retry.get_or_insert_with(|| Box::new(ChaCha8Rng::seed_from_u64(seed))).gen::<f64>()
+        self.retry.get_or_insert_with(|| Box::new(ChaCha8::seed_from_u64(seed))).gen::<f64>()
     }
 
     /// A session completed: the next failure backs off from the start.

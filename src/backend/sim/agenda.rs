@@ -8,6 +8,7 @@
 //! a plain heap beside it.
 
 use super::calendar::Calendar;
+use super::prefetch::DISTANCE;
 use crate::core::model::ReplicaId;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -31,6 +32,15 @@ pub enum Ev {
     Done(ReplicaId),
     /// A replica's quota is spent or its period ends.
     Quota(ReplicaId),
+}
+
+/// Whose timer is due a few events ahead.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Ahead {
+    /// A client's wake-up or deadline.
+    Client(usize),
+    /// A replica's next completion.
+    Done(ReplicaId),
 }
 
 /// The events planned, by time, then by planning order.
@@ -91,6 +101,18 @@ impl Agenda {
             (t, ev)
         };
         Some((f64::from_bits(t), ev))
+    }
+
+    /// Whose event is [`DISTANCE`] places ahead among those due now, its
+    /// timer's slot already being loaded: the run loop loads what that
+    /// event will touch, so it is in the cache when the event comes.
+    pub fn prefetch_ahead(&self) -> Option<Ahead> {
+        let slot = self.timers.prefetch_ahead(DISTANCE)?;
+        match slot.checked_sub(self.clients) {
+            None => Some(Ahead::Client(slot)),
+            Some(r) if r % 2 == 0 => Some(Ahead::Done(ReplicaId(r / 2))),
+            Some(_) => None,
+        }
     }
 
     /// Events planned (for tests: the agenda holds no stale entries).

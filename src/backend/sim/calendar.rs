@@ -1,18 +1,21 @@
 //! The agenda's withdrawable timers (every client's one timer, every
 //! replica's completion and quota event) kept in a calendar queue: time is
 //! cut into buckets of [`WIDTH_S`], a ring of [`BUCKETS`] of them covers
-//! the next few minutes, and only the bucket whose time has come is held
-//! in order (a small indexed heap). At fleet scale a million clients'
+//! the next few minutes, and only the buckets whose time has come are put
+//! in order (sorted once when taken). At fleet scale a million clients'
 //! timers in one heap cost about ten cache misses per pop and per move
-//! (half the simulator's time at K=5,000, T=1M,
-//! [performance](docs/performance.md#fleets)); here a timer is planned or
-//! withdrawn in O(1) (a push or a swap-remove in its bucket) and ordered
-//! only among the few hundred that fall due together. Timers beyond the
-//! ring (a client's long pause between sessions) wait in a heap of their
-//! own. The order is exactly the one heap's: by key, and every key is
-//! unique.
+//! ([performance](docs/performance.md#fleets)); here a timer is planned in
+//! O(1) (a push onto its bucket) and withdrawn by marking its slot: the
+//! entry it leaves behind is dropped when its bucket comes due, in a scan
+//! whose loads the processor overlaps, rather than through a chain of
+//! dependent misses at withdrawal. Timers beyond the ring (a client's long
+//! pause between sessions) and timers planned into a bucket already taken
+//! wait in heaps of their own, withdrawn the same way. The order is exactly
+//! one heap's: by key, and every key is unique.
 
-use super::heap::{IndexedHeap, Positions};
+use super::prefetch::{prefetch, prefetch_line};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 /// `(time as bits, planning order)`: the order of the agenda.
 pub type Key = (u64, u64);
@@ -25,52 +28,51 @@ const WIDTH_S: f64 = 0.002;
 /// query deadline and most pauses between sessions.
 const BUCKETS: u64 = 1 << 17;
 
+/// Timers planned for the ring that are put in their buckets together.
+const BATCH: usize = 32;
+
 /// [`Slot::at`] of a slot with no timer.
 const NONE: u32 = u32::MAX;
-/// [`Slot::at`] of a timer in the bucket due now (`i`: its heap position).
+/// [`Slot::at`] of a timer in a bucket already taken (in `due` or `late`).
 const NOW: u32 = u32::MAX - 1;
-/// [`Slot::at`] of a timer beyond the ring (`i`: its heap position).
+/// [`Slot::at`] of a timer beyond the ring.
 const FAR: u32 = u32::MAX - 2;
 
-/// Everything about one slot's timer, together: a timer's key, where it
-/// is and what it does cost one cache miss, not three.
+/// One slot's timer: its key, where it is and what it does, together.
+/// An entry anywhere else is live only while it matches its slot's `at`
+/// and `key` (keys are unique, so a replaced timer's entry never does).
 #[derive(Clone, Copy, Debug)]
 struct Slot<T> {
     key: Key,
     /// A ring bucket, [`NOW`], [`FAR`] or [`NONE`].
     at: u32,
-    /// The index in that bucket or heap.
-    i: u32,
     what: T,
 }
 
-/// The slots, as the heaps' position table.
-struct Table<T>(Vec<Slot<T>>);
-
-impl<T> Positions for Table<T> {
-    fn pos_of(&self, slot: usize) -> u32 {
-        self.0[slot].i
-    }
-
-    fn set_pos(&mut self, slot: usize, pos: u32) {
-        self.0[slot].i = pos;
-    }
-}
+/// A timer's entry in a heap or in `due`.
+type Entry = (Key, u32);
 
 /// Timers by key, one per slot, each carrying a `T`, in a calendar queue.
 pub struct Calendar<T> {
-    slots: Table<T>,
-    /// The timers due in bucket `cur` or before, in order.
-    now: IndexedHeap<Key>,
+    slots: Vec<Slot<T>>,
+    /// The timers of the buckets taken, latest first (the next one last).
+    due: Vec<Entry>,
+    /// Timers planned into a bucket already taken, in order.
+    late: BinaryHeap<Reverse<Entry>>,
     /// The slots whose timers fall in the next buckets, unordered, by
-    /// `bucket % BUCKETS`.
+    /// `bucket % BUCKETS` (with the entries of withdrawn timers).
     ring: Vec<Vec<u32>>,
-    /// Timers in `ring`.
+    /// Timers for the ring planned since the last [`Calendar::flush`]:
+    /// `(place, slot)`.
+    planned: Vec<(u32, u32)>,
+    /// Live timers in `ring` (and `planned`).
     in_ring: usize,
     /// The timers beyond the ring, in order.
-    far: IndexedHeap<Key>,
-    /// The bucket due now: every bucket before it has been taken into `now`.
+    far: BinaryHeap<Reverse<Entry>>,
+    /// The bucket due now: every bucket before it has been taken.
     cur: u64,
+    /// Live timers.
+    pending: usize,
 }
 
 /// The bucket a key falls in (monotone in time: time order is kept).
@@ -82,19 +84,22 @@ impl<T: Copy> Calendar<T> {
     /// An empty calendar for `slots` slots (`blank` fills the unused ones).
     pub fn new(slots: usize, blank: T) -> Calendar<T> {
         Calendar {
-            slots: Table(vec![Slot { key: (0, 0), at: NONE, i: 0, what: blank }; slots]),
-            now: IndexedHeap::default(),
+            slots: vec![Slot { key: (0, 0), at: NONE, what: blank }; slots],
+            due: Vec::new(),
+            late: BinaryHeap::new(),
             ring: vec![Vec::new(); BUCKETS as usize],
+            planned: Vec::with_capacity(BATCH),
             in_ring: 0,
-            far: IndexedHeap::default(),
+            far: BinaryHeap::new(),
             cur: 0,
+            pending: 0,
         }
     }
 
     /// Timers pending.
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.now.len() + self.in_ring + self.far.len()
+        self.pending
     }
 
     /// Puts `slot`'s timer at `key`, doing `what`, in place of the one it had.
@@ -108,45 +113,49 @@ impl<T: Copy> Calendar<T> {
         } else {
             FAR
         };
-        self.slots.0[slot] = Slot { key, at, i: 0, what };
+        self.slots[slot] = Slot { key, at, what };
+        self.pending += 1;
+        let entry = Reverse((key, slot as u32));
         match at {
-            NOW => self.now.push(&mut self.slots, slot, key),
-            FAR => self.far.push(&mut self.slots, slot, key),
+            NOW => self.late.push(entry),
+            FAR => self.far.push(entry),
             b => {
-                let ring = &mut self.ring[b as usize];
-                ring.push(slot as u32);
-                self.slots.0[slot].i = (ring.len() - 1) as u32;
+                self.planned.push((b, slot as u32));
                 self.in_ring += 1;
+                if self.planned.len() == BATCH {
+                    self.flush();
+                }
             }
         }
     }
 
-    /// Removes `slot`'s timer, if it has one.
-    pub fn remove(&mut self, slot: usize) {
-        let Slot { at, i, .. } = self.slots.0[slot];
-        match at {
-            NONE => return,
-            NOW => {
-                self.now.remove(&mut self.slots, slot);
-            }
-            FAR => {
-                self.far.remove(&mut self.slots, slot);
-            }
-            b => {
-                let ring = &mut self.ring[b as usize];
-                ring.swap_remove(i as usize);
-                if let Some(&moved) = ring.get(i as usize) {
-                    self.slots.0[moved as usize].i = i;
-                }
-                if ring.capacity() > 64 && ring.len() < ring.capacity() / 4 {
-                    // Withdrawn deadlines would otherwise leave every
-                    // bucket of the next half minute at its peak size.
-                    ring.shrink_to(ring.capacity() / 2);
-                }
-                self.in_ring -= 1;
-            }
+    /// Puts the timers planned for the ring in their buckets, loading every
+    /// bucket's end before writing any: a bucket a few seconds ahead is
+    /// far from the caches at fleet scale, and a push at a time waited for
+    /// each in turn.
+    fn flush(&mut self) {
+        for &(b, _) in &self.planned {
+            prefetch(&self.ring[b as usize]);
         }
-        self.slots.0[slot].at = NONE;
+        for &(b, _) in &self.planned {
+            let bucket = &self.ring[b as usize];
+            prefetch_line(bucket.as_ptr().wrapping_add(bucket.len()).cast());
+        }
+        for (b, slot) in self.planned.drain(..) {
+            self.ring[b as usize].push(slot);
+        }
+    }
+
+    /// Removes `slot`'s timer, if it has one (its entry stays behind, dead).
+    pub fn remove(&mut self, slot: usize) {
+        let s = &mut self.slots[slot];
+        match s.at {
+            NONE => return,
+            NOW | FAR => {}
+            _ => self.in_ring -= 1,
+        }
+        s.at = NONE;
+        self.pending -= 1;
     }
 
     /// The first timer's key.
@@ -158,39 +167,81 @@ impl<T: Copy> Calendar<T> {
     pub fn pop(&mut self) -> Option<(Key, T)> {
         let (key, slot) = self.first()?;
         self.remove(slot);
-        Some((key, self.slots.0[slot].what))
+        Some((key, self.slots[slot].what))
+    }
+
+    /// The slot of the timer `d` places ahead among those of the buckets
+    /// taken (withdrawn or not), its record being loaded into the cache.
+    pub fn prefetch_ahead(&self, d: usize) -> Option<usize> {
+        let (_, slot) = self.due[..self.due.len().checked_sub(d)?].last()?;
+        prefetch(&self.slots[*slot as usize]);
+        Some(*slot as usize)
+    }
+
+    /// Whether `entry` is its slot's timer, at `at`.
+    fn live(&self, (key, slot): Entry, at: u32) -> bool {
+        let s = &self.slots[slot as usize];
+        s.at == at && s.key == key
     }
 
     /// The first timer and its slot (the buckets whose time has come are
-    /// taken into order on the way).
+    /// taken on the way).
     fn first(&mut self) -> Option<(Key, usize)> {
-        while self.now.len() == 0 {
+        loop {
+            while self.due.last().is_some_and(|&e| !self.live(e, NOW)) {
+                self.due.pop();
+            }
+            while self.late.peek().is_some_and(|&Reverse(e)| !self.live(e, NOW)) {
+                self.late.pop();
+            }
+            let next = match (self.due.last(), self.late.peek()) {
+                (Some(&d), Some(&Reverse(l))) => Some(d.min(l)),
+                (d, l) => d.copied().or(l.map(|&Reverse(e)| e)),
+            };
+            if let Some((key, slot)) = next {
+                return Some((key, slot as usize));
+            }
             self.cur = match self.in_ring {
-                0 => bucket(self.far.peek()?.0).max(self.cur + 1),
+                0 => bucket(self.far_first()?.0).max(self.cur + 1),
                 _ => self.cur + 1,
             };
             self.take_due();
         }
-        self.now.peek()
     }
 
-    /// Moves bucket `cur`'s timers, and those beyond the ring now due, into
-    /// `now`.
+    /// The first live timer beyond the ring (the dead ones on top dropped).
+    fn far_first(&mut self) -> Option<Entry> {
+        while let Some(&Reverse(e)) = self.far.peek() {
+            if self.live(e, FAR) {
+                return Some(e);
+            }
+            self.far.pop();
+        }
+        None
+    }
+
+    /// Moves bucket `cur`'s live timers, and those beyond the ring now due,
+    /// into `due`, in order. A live timer in the ring always falls within
+    /// the ring's span after `cur`, so an entry of bucket `cur`'s place is
+    /// live exactly when its slot is still there and due now; a slot with
+    /// two entries there (withdrawn, then planned again) is taken once.
     fn take_due(&mut self) {
-        let b = (self.cur % BUCKETS) as usize;
-        let due = std::mem::take(&mut self.ring[b]);
-        self.in_ring -= due.len();
-        for slot in due {
-            let s = &mut self.slots.0[slot as usize];
-            s.at = NOW;
-            let key = s.key;
-            self.now.push(&mut self.slots, slot as usize, key);
+        self.flush();
+        let b = (self.cur % BUCKETS) as u32;
+        for slot in std::mem::take(&mut self.ring[b as usize]) {
+            let s = &mut self.slots[slot as usize];
+            if s.at == b && bucket(s.key) == self.cur {
+                s.at = NOW;
+                self.due.push((s.key, slot));
+                self.in_ring -= 1;
+            }
         }
-        while let Some((key, slot)) = self.far.peek().filter(|&(k, _)| bucket(k) <= self.cur) {
-            self.far.remove(&mut self.slots, slot);
-            self.slots.0[slot].at = NOW;
-            self.now.push(&mut self.slots, slot, key);
+        while let Some((key, slot)) = self.far_first().filter(|&(k, _)| bucket(k) <= self.cur) {
+            self.far.pop();
+            self.slots[slot as usize].at = NOW;
+            self.due.push((key, slot));
         }
+        self.due.sort_unstable_by(|a, b| b.cmp(a));
     }
 }
 

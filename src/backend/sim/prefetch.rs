@@ -1,0 +1,35 @@
+//! A hint to the processor: start loading a value's cache lines now. At
+//! fleet scale a million clients' state and timers are far beyond the
+//! caches and each event touches one client chosen at random; loading the
+//! clients of the next few events while this one is handled overlaps those
+//! misses instead of taking them one after another
+//! ([performance](docs/performance.md#fleets)). Nothing changes if a hint
+//! is wrong or absent.
+
+/// Events ahead whose client is loaded early: far enough for a miss to
+/// be over when its event comes, near enough to stay in the cache.
+pub const DISTANCE: usize = 5;
+
+/// Starts loading every cache line of `x`.
+#[inline]
+pub fn prefetch<T>(x: &T) {
+    let p = (x as *const T).cast::<u8>();
+    for offset in (0..std::mem::size_of::<T>()).step_by(64) {
+        prefetch_line(p.wrapping_add(offset));
+    }
+}
+
+/// Starts loading the cache line at `p`, which may point anywhere (past
+/// a vector's end, for one).
+#[inline]
+pub fn prefetch_line(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: a prefetch never faults and never reads or writes memory
+        // as the program sees it; any address is allowed.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
