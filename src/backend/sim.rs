@@ -156,19 +156,41 @@ impl Sim<'_, '_> {
         }
     }
 
-    /// Starts loading the client a few events ahead will touch
-    /// ([`prefetch`]): the one whose timer it is, or the one whose job a
-    /// replica's completion ends.
+    /// Starts loading what the next few events will touch ([`prefetch`]),
+    /// in stages: the slot and the client ([`prefetch::CLIENT`] ahead; for
+    /// a replica's completion, the client whose job ends), the client's
+    /// replica and its timers ([`prefetch::REPLICA`]), that replica's jobs
+    /// ([`prefetch::JOBS`]).
     fn prefetch_ahead(&self) {
-        let client = match self.agenda.prefetch_ahead() {
-            Some(Ahead::Client(c)) => c,
-            Some(Ahead::Done(r)) => match self.servers[r.idx()].next() {
-                Some((_, c)) if c != BACKGROUND => c as usize,
-                _ => return,
+        self.agenda.prefetch_ahead(prefetch::CLIENT);
+        match self.agenda.ahead(prefetch::CLIENT) {
+            Some(Ahead::Client(c)) => prefetch(&self.clients[c]),
+            Some(Ahead::Done(r)) => {
+                if let Some((_, c)) = self.servers[r.idx()].next().filter(|&(_, c)| c != BACKGROUND) {
+                    prefetch(&self.clients[c as usize]);
+                }
+            }
+            None => {}
+        }
+        if let Some(r) = self.replica_ahead(prefetch::REPLICA) {
+            prefetch(&self.servers[r.idx()]);
+            self.agenda.prefetch_replica(r);
+        }
+        if let Some(r) = self.replica_ahead(prefetch::JOBS) {
+            self.servers[r.idx()].prefetch_jobs();
+        }
+    }
+
+    /// The replica of the client whose event is `d` places ahead, if it is
+    /// in a session.
+    fn replica_ahead(&self, d: usize) -> Option<ReplicaId> {
+        match self.agenda.ahead(d)? {
+            Ahead::Client(c) => match self.clients[c].state {
+                State::Session { replica, .. } => Some(replica),
+                _ => None,
             },
-            None => return,
-        };
-        prefetch(&self.clients[client]);
+            Ahead::Done(r) => Some(r),
+        }
     }
 
     fn at(&mut self, t: f64, ev: Ev) {

@@ -8,7 +8,6 @@
 //! a plain heap beside it.
 
 use super::calendar::Calendar;
-use super::prefetch::DISTANCE;
 use crate::core::model::ReplicaId;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -103,16 +102,29 @@ impl Agenda {
         Some((f64::from_bits(t), ev))
     }
 
-    /// Whose event is [`DISTANCE`] places ahead among those due now, its
-    /// timer's slot already being loaded: the run loop loads what that
-    /// event will touch, so it is in the cache when the event comes.
-    pub fn prefetch_ahead(&self) -> Option<Ahead> {
-        let slot = self.timers.prefetch_ahead(DISTANCE)?;
+    /// Whose event is `d` places ahead among those due now, if it is a
+    /// client's or a replica's completion (a hint: a timer may yet be
+    /// withdrawn or come before it).
+    pub fn ahead(&self, d: usize) -> Option<Ahead> {
+        let slot = self.timers.ahead(d)?;
         match slot.checked_sub(self.clients) {
             None => Some(Ahead::Client(slot)),
             Some(r) if r % 2 == 0 => Some(Ahead::Done(ReplicaId(r / 2))),
             Some(_) => None,
         }
+    }
+
+    /// Starts loading the timer slot of the event `d` places ahead.
+    pub fn prefetch_ahead(&self, d: usize) {
+        if let Some(slot) = self.timers.ahead(d) {
+            self.timers.prefetch_slot(slot);
+        }
+    }
+
+    /// Starts loading replica `r`'s completion and quota timer slots.
+    pub fn prefetch_replica(&self, r: ReplicaId) {
+        self.timers.prefetch_slot(self.clients + 2 * r.idx());
+        self.timers.prefetch_slot(self.clients + 2 * r.idx() + 1);
     }
 
     /// Events planned (for tests: the agenda holds no stale entries).

@@ -171,11 +171,15 @@ impl<T: Copy> Calendar<T> {
     }
 
     /// The slot of the timer `d` places ahead among those of the buckets
-    /// taken (withdrawn or not), its record being loaded into the cache.
-    pub fn prefetch_ahead(&self, d: usize) -> Option<usize> {
+    /// taken (withdrawn or not).
+    pub fn ahead(&self, d: usize) -> Option<usize> {
         let (_, slot) = self.due[..self.due.len().checked_sub(d)?].last()?;
-        prefetch(&self.slots[*slot as usize]);
         Some(*slot as usize)
+    }
+
+    /// Starts loading `slot`'s record ([`prefetch`]).
+    pub fn prefetch_slot(&self, slot: usize) {
+        prefetch(&self.slots[slot]);
     }
 
     /// Whether `entry` is its slot's timer, at `at`.

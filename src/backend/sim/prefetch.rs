@@ -2,13 +2,23 @@
 //! fleet scale a million clients' state and timers are far beyond the
 //! caches and each event touches one client chosen at random; loading the
 //! clients of the next few events while this one is handled overlaps those
-//! misses instead of taking them one after another
+//! misses instead of taking them one after another. What an event touches
+//! is found by following pointers (its slot, then its client, then the
+//! client's replica, then that replica's jobs), so each is loaded a stage
+//! later than the one it is read from
 //! ([performance](docs/performance.md#fleets)). Nothing changes if a hint
 //! is wrong or absent.
 
-/// Events ahead whose client is loaded early: far enough for a miss to
-/// be over when its event comes, near enough to stay in the cache.
-pub const DISTANCE: usize = 5;
+/// Events ahead whose timer slot and client are loaded: far enough for a
+/// miss to be over when the next stage reads them, near enough to stay in
+/// the cache.
+pub const CLIENT: usize = 5;
+/// Events ahead whose client's replica is loaded (its state, its timers),
+/// read from the client loaded at [`CLIENT`].
+pub const REPLICA: usize = 3;
+/// Events ahead whose replica's job heap is loaded, read from the replica
+/// loaded at [`REPLICA`].
+pub const JOBS: usize = 1;
 
 /// Starts loading every cache line of `x`.
 #[inline]

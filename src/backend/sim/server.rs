@@ -4,6 +4,7 @@
 //! its connection count. Pure state and arithmetic; `sim` decides when it
 //! runs.
 
+use super::prefetch::prefetch_line;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet, VecDeque};
 
@@ -114,6 +115,14 @@ impl Server {
             self.budget = cpus * self.share * PERIOD_S;
             self.period_end = ((t + SPENT) / PERIOD_S).floor() * PERIOD_S + PERIOD_S;
         }
+    }
+
+    /// Starts loading the ends of its job heap: where a push lands and
+    /// where a pop starts.
+    pub fn prefetch_jobs(&self) {
+        let jobs = self.jobs.as_slice();
+        prefetch_line(jobs.as_ptr().cast());
+        prefetch_line(jobs.as_ptr().wrapping_add(jobs.len()).cast());
     }
 
     /// Jobs in service.
