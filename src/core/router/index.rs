@@ -1,6 +1,6 @@
-//! The router's indexes, so a decision costs O(log K) at fleet scale
+//! The router's indexes, so a decision costs little at fleet scale
 //! instead of a scan of every replica: per class and role, the open
-//! replicas ordered by (weighted load, id), which answers "the least-loaded
+//! replicas ordered by (weighted load, id) ([`Levels`]), which answers "the least-loaded
 //! replica of this role" with the scan's choice (ties to the lowest id);
 //! Premium replicas that may take a Freemium guest ordered by (CPU with one
 //! session more, id); the borrowed replicas; and counts of healthy replicas
@@ -9,7 +9,7 @@
 //! moves that replica's entries.
 
 use crate::core::model::{Class, Role};
-use std::collections::BTreeSet;
+use std::collections::{btree_map, BTreeMap, BTreeSet};
 
 /// A total order on `f64` as an integer (`f64::total_cmp`'s order), so a
 /// key sorts exactly as the scan compares it.
@@ -37,17 +37,71 @@ pub struct Entry {
 pub struct Index {
     entries: Vec<Entry>,
     /// `[class][role]`: open replicas by (weighted load, id).
-    by_load: [[BTreeSet<(i64, u32)>; 3]; 2],
+    by_load: [[Levels; 3]; 2],
     guests: BTreeSet<(i64, u32)>,
     borrowed: BTreeSet<u32>,
     /// `[role]`: healthy replicas, unborrowed ones, ones at or above tau.
     healthy: [[u32; 3]; 3],
+    /// Words in a bitset of every replica.
+    words: usize,
+}
+
+/// Replicas by (weighted load, id): each load level present and the set of
+/// its replicas as a bitset. Weighted loads take few values (whole numbers
+/// while shares are whole), so the levels are a small map that stays in the
+/// cache, and moving a replica between levels flips two bits, where an
+/// ordered set of (load, id) walked a B-tree of thousands of entries twice
+/// ([performance](docs/performance.md#fleets)). A level that empties is
+/// dropped, so shares that make many loads cost no memory.
+#[derive(Clone, Debug, Default)]
+struct Levels(BTreeMap<i64, Level>);
+
+/// One load level: how many replicas it holds, and which.
+#[derive(Clone, Debug)]
+struct Level {
+    count: u32,
+    bits: Vec<u64>,
+}
+
+impl Levels {
+    fn insert(&mut self, key: i64, id: u32, words: usize) {
+        let level = self.0.entry(key).or_insert_with(|| Level { count: 0, bits: vec![0; words] });
+        level.bits[id as usize / 64] |= 1 << (id % 64);
+        level.count += 1;
+    }
+
+    fn remove(&mut self, key: i64, id: u32) {
+        if let btree_map::Entry::Occupied(mut e) = self.0.entry(key) {
+            let level = e.get_mut();
+            level.bits[id as usize / 64] &= !(1 << (id % 64));
+            level.count -= 1;
+            if level.count == 0 {
+                e.remove();
+            }
+        }
+    }
+
+    /// Every (key, id), in order.
+    fn iter(&self) -> impl Iterator<Item = (i64, u32)> + '_ {
+        self.0.iter().flat_map(|(&key, level)| {
+            level.bits.iter().enumerate().flat_map(move |(w, &bits)| {
+                let mut rest = bits;
+                std::iter::from_fn(move || {
+                    (rest != 0).then(|| {
+                        let bit = rest.trailing_zeros();
+                        rest &= rest - 1;
+                        (key, (w * 64) as u32 + bit)
+                    })
+                })
+            })
+        })
+    }
 }
 
 impl Index {
     /// An index of `k` replicas with no entries yet.
     pub fn new(k: usize) -> Index {
-        Index { entries: vec![Entry::default(); k], ..Index::default() }
+        Index { entries: vec![Entry::default(); k], words: k.div_ceil(64), ..Index::default() }
     }
 
     /// Replaces replica `i`'s entries by `now`'s.
@@ -60,10 +114,10 @@ impl Index {
         for c in 0..2 {
             if was.load[c] != now.load[c] {
                 if let Some((role, key)) = was.load[c] {
-                    self.by_load[c][role.idx()].remove(&(key, id));
+                    self.by_load[c][role.idx()].remove(key, id);
                 }
                 if let Some((role, key)) = now.load[c] {
-                    self.by_load[c][role.idx()].insert((key, id));
+                    self.by_load[c][role.idx()].insert(key, id, self.words);
                 }
             }
         }
@@ -107,9 +161,9 @@ impl Index {
     pub fn least_loaded(&self, class: Class, roles: &[Role], eligible: impl Fn(usize) -> bool) -> Option<usize> {
         roles
             .iter()
-            .filter_map(|&role| self.by_load[class.idx()][role.idx()].iter().find(|&&(_, i)| eligible(i as usize)))
+            .filter_map(|&role| self.by_load[class.idx()][role.idx()].iter().find(|&(_, i)| eligible(i as usize)))
             .min()
-            .map(|&(_, i)| i as usize)
+            .map(|(_, i)| i as usize)
     }
 
     /// The replica that may take a guest with the lowest key, and its key.
@@ -140,7 +194,7 @@ impl Index {
 
 #[cfg(test)]
 mod tests {
-    use super::{ordered, Entry, Index};
+    use super::{ordered, Entry, Index, Levels};
     use crate::core::model::{Class, Role};
 
     #[test]
@@ -149,6 +203,19 @@ mod tests {
         for w in xs.windows(2) {
             assert!(ordered(w[0]) < ordered(w[1]), "{w:?}");
         }
+    }
+
+    #[test]
+    fn levels_list_by_load_then_id_across_words_and_drop_what_empties() {
+        let mut l = Levels::default();
+        for (key, id) in [(5, 130), (2, 70), (5, 3), (2, 1), (-1, 129)] {
+            l.insert(key, id, 3);
+        }
+        assert_eq!(l.iter().collect::<Vec<_>>(), [(-1, 129), (2, 1), (2, 70), (5, 3), (5, 130)]);
+        l.remove(-1, 129);
+        l.remove(2, 70);
+        assert_eq!(l.iter().collect::<Vec<_>>(), [(2, 1), (5, 3), (5, 130)]);
+        assert_eq!(l.0.len(), 2, "an emptied level is dropped");
     }
 
     fn open(role: Role, load: f64) -> Entry {
