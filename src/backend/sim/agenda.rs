@@ -2,8 +2,8 @@
 //! equal times in the order they were planned. A client has at most one
 //! timer (its wake-up or its job's deadline) and a replica at most one
 //! completion and one quota event, each in its own slot of a calendar queue
-//! ([`Calendar`]), so a changed plan replaces the old one instead of leaving
-//! a stale entry behind ([performance](docs/performance.md#the-simulators-cost)). Faults,
+//! ([`Calendar`]), so a changed plan replaces the old one and a withdrawn
+//! timer never fires ([performance](docs/performance.md#the-simulators-cost)). Faults,
 //! probes, samples and admission deadlines are never withdrawn and wait in
 //! a plain heap beside it.
 
@@ -123,11 +123,12 @@ impl Agenda {
 
     /// Starts loading replica `r`'s completion and quota timer slots.
     pub fn prefetch_replica(&self, r: ReplicaId) {
-        self.timers.prefetch_slot(self.clients + 2 * r.idx());
-        self.timers.prefetch_slot(self.clients + 2 * r.idx() + 1);
+        for ev in [Ev::Done(r), Ev::Quota(r)] {
+            self.timers.prefetch_slot(self.slot(ev).expect("a replica's timer has a slot"));
+        }
     }
 
-    /// Events planned (for tests: the agenda holds no stale entries).
+    /// Events planned (for tests: a replaced or withdrawn timer is not counted).
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.timers.len() + self.once.len()

@@ -42,8 +42,6 @@ pub struct Index {
     borrowed: BTreeSet<u32>,
     /// `[role]`: healthy replicas, unborrowed ones, ones at or above tau.
     healthy: [[u32; 3]; 3],
-    /// Words in a bitset of every replica.
-    words: usize,
 }
 
 /// Replicas by (weighted load, id): each load level present and the set of
@@ -101,7 +99,7 @@ impl Levels {
 impl Index {
     /// An index of `k` replicas with no entries yet.
     pub fn new(k: usize) -> Index {
-        Index { entries: vec![Entry::default(); k], words: k.div_ceil(64), ..Index::default() }
+        Index { entries: vec![Entry::default(); k], ..Index::default() }
     }
 
     /// Replaces replica `i`'s entries by `now`'s.
@@ -110,14 +108,14 @@ impl Index {
         if was == now {
             return;
         }
-        let id = i as u32;
+        let (id, words) = (i as u32, self.entries.len().div_ceil(64));
         for c in 0..2 {
             if was.load[c] != now.load[c] {
                 if let Some((role, key)) = was.load[c] {
                     self.by_load[c][role.idx()].remove(key, id);
                 }
                 if let Some((role, key)) = now.load[c] {
-                    self.by_load[c][role.idx()].insert(key, id, self.words);
+                    self.by_load[c][role.idx()].insert(key, id, words);
                 }
             }
         }
