@@ -398,3 +398,70 @@ fn a_sigkilled_docker_run_is_removed_by_the_next_command() {
     assert_eq!(rt.block_on(labelled(&d, &label)), Vec::<String>::new());
     assert!(!state.exists(), "the state file is still there");
 }
+
+/// `run --generators 2 --generators-on docker` (docs/scale.md, "Generators
+/// in containers"): both generators run in containers of plbbench's image,
+/// drive a local cluster through one proxy, and their records make one run
+/// folder whose books balance; each container's clock offset is measured
+/// and, as they share this kernel's clock, found within its stated bound of
+/// zero; no generator container outlives the run, and none outlives it
+/// when the run is SIGKILLed either.
+#[test]
+fn generators_in_containers_make_one_run_and_die_with_it() {
+    if !engine_or_skip("generators_in_containers_make_one_run_and_die_with_it") {
+        return;
+    }
+    assert!(common::have_postgres(), "PostgreSQL is expected on this machine (scripts/install-postgres.sh)");
+    let _one = serial();
+    image();
+    let rt = runtime();
+    let d = rt.block_on(engine());
+    let generators = format!("{}=generator", docker::LABEL_KIND);
+    let sb = Sandbox::new("docker-generators");
+    let args = ["--T", "40", "--duration", "20s", "--generators", "2", "--generators-on", "docker", "--raw"];
+    let mut run = Running::start(&sb, "premium-fault", &args);
+    let st = run.finish(RUN_LIMIT);
+    assert!(st.success(), "run failed ({st}):\n{}", sb.stderr());
+    let f = Folder::read(&sb.out());
+    assert_consistent(&f);
+    let verdict =
+        |name: &str| f.summary["verdicts"].as_array().unwrap().iter().find(|v| v["name"] == name).cloned().expect(name);
+    assert_eq!(verdict("accounting")["ok"], true, "{}", verdict("accounting"));
+    assert_eq!(verdict("proxy")["ok"], true, "{}", verdict("proxy"));
+    let g = verdict("generators");
+    let detail = g["detail"].as_str().unwrap();
+    assert!(detail.starts_with("2 generator containers through one proxy"), "{detail}");
+    for part in detail.split("container plbbench-gen-").skip(1) {
+        let after = |key: &str| -> f64 {
+            let rest = &part[part.find(key).unwrap_or_else(|| panic!("{key} in {part}")) + key.len()..];
+            rest.split(' ').next().unwrap().trim_start_matches('+').parse().unwrap()
+        };
+        let (offset_us, within_us) = (after("monotonic clock "), after("(within "));
+        assert!(within_us > 0.0 && within_us < 100_000.0, "{part}");
+        assert!(
+            offset_us.abs() <= within_us + 1.0,
+            "one kernel's clock measured {offset_us} us off (within {within_us}): {part}"
+        );
+    }
+    assert_eq!(detail.matches("container plbbench-gen-").count(), 2, "{detail}");
+    let sessions: std::collections::BTreeSet<u64> = f.queries.iter().map(|q| q.session).collect();
+    assert!(sessions.iter().any(|s| s % 2 == 0) && sessions.iter().any(|s| s % 2 == 1), "both generators ran");
+    assert_eq!(rt.block_on(labelled(&d, &generators)), Vec::<String>::new(), "a generator container outlived the run");
+
+    // SIGKILLed: the engine closes each child's stdin, the child stops and
+    // the engine removes its container.
+    let sb = Sandbox::new("docker-generators-kill");
+    let long = ["--T", "40", "--duration", "120s", "--generators", "2", "--generators-on", "docker"];
+    let mut run = Running::start(&sb, "none", &long);
+    if let Some(st) = run.poll(RUN_LIMIT, |_| rt.block_on(labelled(&d, &generators)).len() == 2) {
+        panic!("run exited ({st}) before its generator containers ran:\n{}", sb.stderr());
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    nix::sys::signal::kill(run.pid(), nix::sys::signal::Signal::SIGKILL).unwrap();
+    run.finish(RUN_LIMIT);
+    let killed = Instant::now();
+    while !rt.block_on(labelled(&d, &generators)).is_empty() {
+        assert!(killed.elapsed() < Duration::from_secs(20), "generator containers outlived the killed run by 20 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -355,7 +355,7 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
     let server = input.metrics.zip(ctx.live.clone()).map(|(l, m)| tokio::spawn(live_metrics::serve(l, m)));
     let lines = (input.progress == crate::progress::Shown::Lines).then_some(input.duration_s);
     let collecting = tokio::spawn(collect(rx, collector, lines, ctx.live.clone(), input.tap));
-    let pids: Vec<i32> = input.remotes.iter().map(|r| r.pid).collect();
+    let stops: Vec<remote::Stop> = input.remotes.iter().map(|r| r.stop.clone()).collect();
     let (died_tx, mut died) = mpsc::unbounded_channel();
     let forwarders: Vec<_> = input
         .remotes
@@ -379,16 +379,16 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
         s = signals.recv() => Some((Some(s), ctx.now())),
         // A generator child that dies takes its sessions' books with it:
         // the run stops now, as on a signal, and fails its accounting.
-        Some((index, pid)) = died.recv() => {
-            let m = format!("plbbench: error: generator {index} (pid {pid}) died; the run cannot account for its sessions");
+        Some((index, who)) = died.recv() => {
+            let m = format!("plbbench: error: generator {index} ({who}) died; the run cannot account for its sessions");
             crate::progress::note(&bar, &m);
             Some((None, ctx.now()))
         }
     };
     if let Some((_, t)) = interrupted {
         ctx.cut_at(t + DRAIN.as_secs_f64());
-        for pid in &pids {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), nix::sys::signal::Signal::SIGTERM);
+        for stop in &stops {
+            stop();
         }
     }
     let _ = stop_tx.send(true);

@@ -1,9 +1,11 @@
 //! `run --generators N` ([scale](docs/scale.md#several-generators-through-one-proxy)):
-//! what passes between the run and its generator child processes. The
-//! parent tells each child when time zero is and where the proxy listens
-//! ([`Go`], one JSON line on the child's stdin); the child sends back its
-//! clock, then every raw record its clients produce, then its books
-//! ([`Line`], one JSON line each on its stdout). The parent feeds the
+//! what passes between the run and its generator children (processes or
+//! containers). The child says it is ready; the parent reads the child's
+//! monotonic clock a few times ([`Word::Ping`], [`Line::Pong`]) to learn its
+//! offset, then tells it when time zero is on its own clock and where the
+//! proxy listens ([`Word::Go`]; one JSON line each on the child's stdin);
+//! the child sends back every raw record its clients produce, then its
+//! books ([`Line`], one JSON line each on its stdout). The parent feeds the
 //! records into its one collector, so phases, series and summary are
 //! computed exactly as for a single generator (the histograms are filled
 //! from every record; no percentile is ever averaged). Both ends use the
@@ -21,11 +23,34 @@ const BATCH_BYTES: usize = 32 * 1024;
 /// ... or when the oldest has waited this long, whichever comes first.
 pub const BATCH_WAIT: Duration = Duration::from_millis(50);
 
+/// A line from the parent to a child.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Word {
+    /// Read your monotonic clock now and say it ([`Line::Pong`]).
+    Ping,
+    /// Start.
+    Go(Go),
+}
+
+impl Word {
+    /// The line written for this message (no newline).
+    pub fn line(&self) -> String {
+        serde_json::to_string(self).expect("a word to a generator serialises")
+    }
+
+    /// Reads one line.
+    pub fn parse(line: &str) -> Result<Word, serde_json::Error> {
+        serde_json::from_str(line)
+    }
+}
+
 /// The parent's word to a child: start.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Go {
-    /// The run's time zero on CLOCK_MONOTONIC, nanoseconds: the child's
-    /// clock counts from it, so every record is on the run's clock.
+    /// The run's time zero on the child's CLOCK_MONOTONIC, nanoseconds (the
+    /// parent's time zero plus the child's measured clock offset): the
+    /// child counts from it, so every record is on the run's clock.
     pub start_mono_ns: u64,
     /// Where the proxy accepts the run's clients.
     pub proxy: SocketAddr,
@@ -47,6 +72,11 @@ pub enum Line {
     Ready {
         /// CLOCK_REALTIME - CLOCK_MONOTONIC at the child.
         wall_minus_mono_s: f64,
+    },
+    /// The child's CLOCK_MONOTONIC when it read a [`Word::Ping`].
+    Pong {
+        /// Nanoseconds.
+        mono_ns: u64,
     },
     /// The child read [`Go`] this long after the run's time zero, seconds.
     Started {
@@ -96,10 +126,31 @@ impl Line {
     }
 }
 
-impl Go {
-    /// The line written for this message (no newline).
-    pub fn line(&self) -> String {
-        serde_json::to_string(self).expect("a go line serialises")
+/// A child's monotonic clock against the parent's, from [`Word::Ping`]
+/// round trips: the reading of the fastest round trip, taken as made half
+/// way through it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Offset {
+    /// Child's clock minus the parent's, nanoseconds.
+    pub ns: i64,
+    /// Half the fastest round trip, nanoseconds: the offset is within
+    /// this of the truth.
+    pub within_ns: u64,
+}
+
+impl Offset {
+    /// The best estimate from round trips `(parent sent, child read, parent
+    /// received)`, all in nanoseconds of their own clocks; `None` without any.
+    pub fn of(trips: &[(u64, u64, u64)]) -> Option<Offset> {
+        let &(sent, read, back) = trips.iter().min_by_key(|(sent, _, back)| back.saturating_sub(*sent))?;
+        let rtt = back.saturating_sub(sent);
+        let mid = sent as i128 + i128::from(rtt / 2);
+        Some(Offset { ns: (read as i128 - mid) as i64, within_ns: rtt.div_ceil(2) })
+    }
+
+    /// The parent's monotonic instant `parent_ns` on the child's clock.
+    pub fn to_child(self, parent_ns: u64) -> u64 {
+        (parent_ns as i128 + i128::from(self.ns)).max(0) as u64
     }
 }
 
@@ -187,6 +238,7 @@ mod tests {
     fn every_line_reads_back_as_written() {
         let lines = [
             Line::Ready { wall_minus_mono_s: 1.7e9 },
+            Line::Pong { mono_ns: 12_345 },
             Line::Started { late_s: 0.004 },
             Line::Query(QueryRecord {
                 session: 3,
@@ -212,6 +264,28 @@ mod tests {
             assert_eq!(Line::parse(&l.line()).unwrap(), l);
         }
         assert!(Line::parse("{\"query\":{}}").is_err());
+        let go = Go {
+            start_mono_ns: 7,
+            proxy: "127.0.0.1:6432".parse().unwrap(),
+            user: "postgres".into(),
+            dbname: None,
+            dsns: vec!["host=x".into()],
+        };
+        for w in [Word::Ping, Word::Go(go)] {
+            assert_eq!(Word::parse(&w.line()).unwrap(), w);
+        }
+    }
+
+    #[test]
+    fn a_clock_offset_comes_from_the_fastest_round_trip() {
+        // The child's clock runs 1 ms ahead; the second trip is the fastest.
+        let trips = [(1_000, 1_001_400, 1_900), (5_000, 1_005_100, 5_200), (9_000, 1_009_900, 9_950)];
+        let o = Offset::of(&trips).unwrap();
+        assert_eq!(o, Offset { ns: 1_000_000, within_ns: 100 });
+        assert_eq!(o.to_child(20_000), 1_020_000);
+        let behind = Offset { ns: -50, within_ns: 1 };
+        assert_eq!(behind.to_child(20), 0, "clamped at the clock's zero");
+        assert_eq!(Offset::of(&[]), None);
     }
 
     /// A writer that keeps what it is given and counts the writes.

@@ -15,19 +15,24 @@ pub struct Remote {
     pub index: u32,
     /// How many generators share the clients.
     pub of: u32,
-    /// Its process id (to stop it when the run is interrupted).
-    pub pid: i32,
-    /// Its lines after the first ([`Line::Ready`], read before the start).
+    /// What it is, for messages: `pid 1234` or `container NAME`.
+    pub who: String,
+    /// Asks it to stop (SIGTERM) when the run is interrupted.
+    pub stop: Stop,
+    /// Its lines after the clock handshake ([`Line::Ready`], [`Line::Pong`]).
     pub lines: mpsc::UnboundedReceiver<Line>,
 }
+
+/// How to ask one child to stop.
+pub type Stop = std::sync::Arc<dyn Fn() + Send + Sync>;
 
 /// What one child delivered.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RemoteEnd {
     /// Its index, 0-based.
     pub index: u32,
-    /// Its process id.
-    pub pid: i32,
+    /// What it is: `pid 1234` or `container NAME`.
+    pub who: String,
     /// How late it read the start, seconds after time zero.
     pub late_s: Option<f64>,
     /// Its books: sessions open at the end `[P, F]`; `None`: it never sent
@@ -53,9 +58,13 @@ pub enum Record {
 
 /// Passes every record of `remote` to `send` until its stream ends;
 /// returns what it delivered. A stream that ends without the child's books
-/// (it died) is also told on `died`, with its index and pid, at once.
-pub async fn forward(mut remote: Remote, send: impl Fn(Record), died: mpsc::UnboundedSender<(u32, i32)>) -> RemoteEnd {
-    let mut end = RemoteEnd { index: remote.index, pid: remote.pid, ..RemoteEnd::default() };
+/// (it died) is also told on `died`, with its index and what it is, at once.
+pub async fn forward(
+    mut remote: Remote,
+    send: impl Fn(Record),
+    died: mpsc::UnboundedSender<(u32, String)>,
+) -> RemoteEnd {
+    let mut end = RemoteEnd { index: remote.index, who: remote.who.clone(), ..RemoteEnd::default() };
     while let Some(line) = remote.lines.recv().await {
         match line {
             Line::Query(mut q) => {
@@ -71,11 +80,11 @@ pub async fn forward(mut remote: Remote, send: impl Fn(Record), died: mpsc::Unbo
                 end.interrupted = interrupted;
                 end.generator = generator;
             }
-            Line::Ready { .. } => {}
+            Line::Ready { .. } | Line::Pong { .. } => {}
         }
     }
     if end.in_flight.is_none() {
-        let _ = died.send((end.index, end.pid));
+        let _ = died.send((end.index, end.who.clone()));
     }
     end
 }

@@ -46,6 +46,16 @@ pub enum Admission {
     Modes,
 }
 
+/// Where the generator children of `run --generators N` run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum GeneratorsOn {
+    /// Processes on this host.
+    #[default]
+    Host,
+    /// Containers through the Docker Engine API, on the engine DOCKER_HOST names.
+    Docker,
+}
+
 /// What a failed run validity check does (design.md §4, `core::validity`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -74,6 +84,16 @@ impl Named for ClusterKind {
             ClusterKind::Docker => "docker",
             ClusterKind::External => "external",
             ClusterKind::Sim => "sim",
+        }
+    }
+}
+
+impl Named for GeneratorsOn {
+    const ALL: &'static [Self] = &[GeneratorsOn::Host, GeneratorsOn::Docker];
+    fn name(self) -> &'static str {
+        match self {
+            GeneratorsOn::Host => "host",
+            GeneratorsOn::Docker => "docker",
         }
     }
 }
@@ -128,7 +148,7 @@ macro_rules! named_text {
     )*};
 }
 
-named_text!(ClusterKind, Detection, Admission, Checks);
+named_text!(ClusterKind, GeneratorsOn, Detection, Admission, Checks);
 
 impl Named for super::router::Strategy {
     const ALL: &'static [Self] = &super::router::Strategy::ALL;

@@ -47,6 +47,7 @@ use image::PG_HOME;
 use state::{Rep, Secret, State};
 
 mod api;
+pub mod generators;
 pub mod image;
 mod state;
 

@@ -137,15 +137,18 @@ pub(super) fn client_host(docker_host: Option<&str>) -> String {
 }
 
 /// One-file-at-a-time ustar archive (what `PUT /containers/{id}/archive`
-/// takes): regular files owned by root with the given modes.
+/// takes): regular files owned by root with the given modes. A path longer
+/// than 100 bytes is split at a `/` into ustar's prefix and name.
 pub(super) fn tar(files: &[(&str, u32, &[u8])]) -> Vec<u8> {
     let mut out = Vec::new();
-    for (name, mode, data) in files {
+    for (path, mode, data) in files {
         let mut h = [0u8; 512];
         let field = |h: &mut [u8; 512], at: usize, len: usize, v: &[u8]| {
             h[at..at + v.len().min(len)].copy_from_slice(&v[..v.len().min(len)])
         };
+        let (prefix, name) = split_path(path);
         field(&mut h, 0, 100, name.as_bytes());
+        field(&mut h, 345, 155, prefix.as_bytes());
         field(&mut h, 100, 8, format!("{mode:07o}\0").as_bytes());
         field(&mut h, 108, 8, b"0000000\0");
         field(&mut h, 116, 8, b"0000000\0");
@@ -162,6 +165,16 @@ pub(super) fn tar(files: &[(&str, u32, &[u8])]) -> Vec<u8> {
     }
     out.resize(out.len() + 1024, 0);
     out
+}
+
+/// ustar's (prefix, name) of `path`: the name whole when it fits in 100
+/// bytes, else split at the last `/` that leaves at most 100 bytes after it.
+fn split_path(path: &str) -> (&str, &str) {
+    if path.len() <= 100 {
+        return ("", path);
+    }
+    let at = path.char_indices().filter(|&(i, c)| c == '/' && path.len() - i - 1 <= 100).map(|(i, _)| i).next();
+    at.map_or(("", path), |i| (&path[..i], &path[i + 1..]))
 }
 
 #[cfg(test)]
@@ -192,6 +205,16 @@ mod tests {
         h[148..156].fill(b' ');
         assert_eq!(stored, h.iter().map(|&b| u32::from(b)).sum::<u32>());
         assert_eq!(&t[512..519], b"secret\n");
+    }
+
+    #[test]
+    fn a_long_path_goes_into_the_prefix() {
+        let long = format!("{}/{}", "d".repeat(120), "f".repeat(90));
+        let t = tar(&[(&long, 0o755, b"x")]);
+        assert_eq!(&t[0..90], "f".repeat(90).as_bytes());
+        assert_eq!(t[90], 0);
+        assert_eq!(&t[345..465], "d".repeat(120).as_bytes());
+        assert_eq!(split_path("usr/local/bin/plbbench"), ("", "usr/local/bin/plbbench"));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! and every cross-field rule lives there.
 
 use crate::core::router::{FreemiumBorrow, Strategy};
-use crate::core::settings::{Admission, Checks, ClusterKind, Detection, Named};
+use crate::core::settings::{Admission, Checks, ClusterKind, Detection, GeneratorsOn, Named};
 use crate::core::watch::Recovery;
 use crate::progress::Shown;
 use clap::builder::PossibleValue;
@@ -62,11 +62,14 @@ pub struct RunArgs {
     /// with --detection oracle or --admission modes.
     #[arg(long)]
     pub via_proxy: bool,
-    /// Drive the clients from N generator processes on this host, each with its share of --T (every Nth client,
-    /// with its own seed stream), all through one `plbbench proxy` (implies --via-proxy); the run collects their
-    /// records into one run folder. Real clusters only.
+    /// Drive the clients from N generator processes (see --generators-on), each with its share of --T (every Nth
+    /// client, with its own seed stream), all through one `plbbench proxy` (implies --via-proxy); the run collects
+    /// their records into one run folder. Real clusters only.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub generators: u32,
+    /// Where the --generators run.
+    #[arg(long, value_enum, default_value = "host")]
+    pub generators_on: GeneratorsOn,
     /// Internal: this process is generator I (0-based) of a `--generators N` run, started by it.
     #[arg(long, hide = true, value_name = "I")]
     pub generator_child: Option<u32>,
@@ -223,7 +226,7 @@ macro_rules! value_enum {
     )*};
 }
 
-value_enum!(Strategy, Recovery, ClusterKind, Detection, Admission, Checks, FreemiumBorrow);
+value_enum!(Strategy, Recovery, ClusterKind, GeneratorsOn, Detection, Admission, Checks, FreemiumBorrow);
 
 impl Help for FreemiumBorrow {
     fn help(self) -> &'static str {
@@ -293,6 +296,15 @@ impl Help for Admission {
         match self {
             Admission::None => "Every session goes straight to the router",
             Admission::Modes => "Degradation modes with priority admission (the workload's `[degradation]`)",
+        }
+    }
+}
+
+impl Help for GeneratorsOn {
+    fn help(self) -> &'static str {
+        match self {
+            GeneratorsOn::Host => "Processes on this host",
+            GeneratorsOn::Docker => "Containers of plbbench's image through the Docker Engine API (DOCKER_HOST is honoured; on this host they share its network, on a remote engine they reach the proxy at this host's address towards it)",
         }
     }
 }

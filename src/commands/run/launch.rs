@@ -17,7 +17,7 @@ use crate::core::outcome::{BackendOutcome, Verdict};
 use crate::core::router::Router;
 use crate::core::saturation::GeneratorReport;
 use crate::core::schedule;
-use crate::core::settings::{ClusterKind, Named};
+use crate::core::settings::{ClusterKind, GeneratorsOn, Named};
 use crate::error::Error;
 use anyhow::Context;
 use std::sync::atomic::Ordering;
@@ -172,7 +172,7 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
             .into(),
     });
     let proxy = match &plan.via_proxy {
-        Some(flags) => Some(super::via_proxy::start(&cluster, flags, &plan.workload)?),
+        Some(flags) => Some(super::via_proxy::start(&cluster, flags, &plan.workload, proxy_ip(plan)?)?),
         None => None,
     };
     let (proxy, link) = proxy.map_or((None, None), |(p, l)| (Some(p), Some(l)));
@@ -242,6 +242,17 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
         via_proxy,
     };
     Ok((collector, outcome))
+}
+
+/// Where the run's proxy listens: 127.0.0.1, unless generator containers
+/// on a remote engine must reach it.
+fn proxy_ip(plan: &Plan) -> Result<std::net::IpAddr, Error> {
+    match plan.generators_on {
+        GeneratorsOn::Docker => {
+            docker::generators::proxy_ip().map_err(|e| Error::Run(anyhow::anyhow!("--generators-on docker: {e}")))
+        }
+        GeneratorsOn::Host => Ok(std::net::IpAddr::from([127, 0, 0, 1])),
+    }
 }
 
 /// Longest a real run may take to stop after its planned end (docs/manual.md,

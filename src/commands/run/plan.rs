@@ -12,7 +12,7 @@ use crate::core::model::{Action, FaultEvent};
 use crate::core::phases::{self, Phase};
 use crate::core::roles::RoleVector;
 use crate::core::router::{RouterConfig, Strategy};
-use crate::core::settings::{Admission, Checks, ClusterKind, Detection, Named};
+use crate::core::settings::{Admission, Checks, ClusterKind, Detection, GeneratorsOn, Named};
 use crate::core::watch::{Recovery, Watch};
 use crate::core::workload::Workload;
 use crate::error::{input, Error};
@@ -166,6 +166,11 @@ pub struct Plan {
     pub via_proxy: Option<Vec<String>>,
     /// `--generators`: how many generator processes drive the clients.
     pub generators: u32,
+    /// `--generators-on`: where they run.
+    pub generators_on: GeneratorsOn,
+    /// The files the run's flags name (workload, faults, calibration,
+    /// cluster file), absolute: what a generator container is given.
+    pub inputs: Vec<PathBuf>,
     /// `--generator-child`: this process is that generator of a
     /// `--generators` run.
     pub generator_child: Option<u32>,
@@ -376,7 +381,12 @@ impl Plan {
             freemium_borrow: workload.router.freemium_borrow,
         };
         let out = out_dir(&args)?;
-        check_stream(args.stream.as_deref())?;
+        if args.generator_child.is_none() {
+            // A child never writes the stream (in a container, its folder
+            // need not even exist).
+            check_stream(args.stream.as_deref())?;
+        }
+        let inputs = inputs(&args, &faults_name);
         let cluster = cluster_spec(&args)?;
         Ok(Plan {
             strategy: args.strategy,
@@ -412,6 +422,8 @@ impl Plan {
             checks: c.checks,
             via_proxy,
             generators: args.generators,
+            generators_on: args.generators_on,
+            inputs,
             generator_child: args.generator_child,
         })
     }
@@ -635,6 +647,18 @@ fn fault_events(name: &str, workload: &Workload, replicas: usize) -> Result<Vec<
 }
 
 /// `--stream`: a file in an existing folder (it is replaced, as k6 does).
+/// The existing files among the workload, the faults, the calibration
+/// and the cluster file, as absolute paths.
+fn inputs(args: &RunArgs, faults_name: &str) -> Vec<PathBuf> {
+    let named = [
+        args.common.workload.clone(),
+        Some(PathBuf::from(faults_name)),
+        args.common.calibration.clone(),
+        args.external.cluster_file.clone(),
+    ];
+    named.into_iter().flatten().filter(|p| p.is_file()).filter_map(|p| std::path::absolute(p).ok()).collect()
+}
+
 fn check_stream(path: Option<&Path>) -> Result<(), Error> {
     let Some(p) = path else { return Ok(()) };
     let folder = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));

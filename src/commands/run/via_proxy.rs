@@ -115,15 +115,17 @@ pub(crate) fn dsn(cfg: &tokio_postgres::Config) -> String {
     parts.join(" ")
 }
 
-/// The proxy config the child reads: the cluster's replicas, the class
-/// rule on application_name, trust (the clients are the run's own), and
-/// the workload's login deadline on the replica (a day when the workload
-/// waits without one: none within any run).
-fn config_text(cluster: &Cluster, w: &Workload) -> String {
+/// The proxy config the child reads: where it listens (a free port on
+/// `ip`), the cluster's replicas, the class rule on application_name,
+/// trust (the clients are the run's own), and the workload's login
+/// deadline on the replica (a day when the workload waits without one:
+/// none within any run).
+fn config_text(cluster: &Cluster, w: &Workload, ip: std::net::IpAddr) -> String {
     let dsns: Vec<String> = (0..cluster.replicas()).map(|r| dsn(&cluster.config(r))).collect();
     let connect_s = w.client.login_deadline_s().unwrap_or(86_400.0);
     format!(
-        "listen = \"127.0.0.1:0\"\ndsns = {}\ndrain_s = 1\nserver_connect_timeout_s = {connect_s}\n\n[class]\nparam = \"application_name\"\npremium_prefix = \"{PREMIUM_APP}\"\n",
+        "listen = \"{}\"\ndsns = {}\ndrain_s = 1\nserver_connect_timeout_s = {connect_s}\n\n[class]\nparam = \"application_name\"\npremium_prefix = \"{PREMIUM_APP}\"\n",
+        std::net::SocketAddr::new(ip, 0),
         toml_list(&dsns)
     )
 }
@@ -141,13 +143,19 @@ pub struct ProxyChild {
     pub addr: std::net::SocketAddr,
 }
 
-/// Starts the proxy in front of `cluster` with the run's routing `flags`
-/// and waits until it listens; returns it and what the driver needs.
-pub fn start(cluster: &Cluster, flags: &[String], w: &Workload) -> Result<(ProxyChild, ProxyLink), Error> {
+/// Starts the proxy in front of `cluster` with the run's routing `flags`,
+/// listening on `ip`, and waits until it listens; returns it and what the
+/// driver needs.
+pub fn start(
+    cluster: &Cluster,
+    flags: &[String],
+    w: &Workload,
+    ip: std::net::IpAddr,
+) -> Result<(ProxyChild, ProxyLink), Error> {
     let dir =
         tempfile::Builder::new().prefix("plbbench-via-proxy-").tempdir().context("creating a temporary folder")?;
     let config = dir.path().join("proxy.toml");
-    crate::fsutil::write_atomic(&config, config_text(cluster, w), 0o600).context("writing the proxy config")?;
+    crate::fsutil::write_atomic(&config, config_text(cluster, w, ip), 0o600).context("writing the proxy config")?;
     let log = std::fs::File::create(dir.path().join("proxy.log")).context("creating the proxy log")?;
     let exe = std::env::current_exe().context("finding plbbench's own executable")?;
     let mut cmd = Command::new(exe);
