@@ -66,6 +66,9 @@ pub struct ProxyConfig {
     pub tls: TlsConfig,
 }
 
+/// The longest any of the proxy's deadlines may be, seconds.
+pub const MAX_DEADLINE_S: f64 = 3600.0;
+
 fn login_timeout_s() -> f64 {
     10.0
 }
@@ -86,8 +89,8 @@ impl ProxyConfig {
         for (field, v) in
             [("login_timeout_s", c.login_timeout_s), ("server_connect_timeout_s", c.server_connect_timeout_s)]
         {
-            if !(v > 0.0 && v <= 3600.0) {
-                return Err(format!("{field}: must be above 0 and at most 3600 seconds, not {v}"));
+            if !(v > 0.0 && v <= MAX_DEADLINE_S) {
+                return Err(format!("{field}: must be above 0 and at most {MAX_DEADLINE_S} seconds, not {v}"));
             }
         }
         if !(0.0..=3600.0).contains(&c.drain_s) {

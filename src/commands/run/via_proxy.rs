@@ -118,11 +118,11 @@ pub(crate) fn dsn(cfg: &tokio_postgres::Config) -> String {
 /// The proxy config the child reads: where it listens (a free port on
 /// `ip`), the cluster's replicas, the class rule on application_name,
 /// trust (the clients are the run's own), and the workload's login
-/// deadline on the replica (a day when the workload waits without one:
-/// none within any run).
+/// deadline on the replica (the proxy's longest, an hour, when the
+/// workload waits without one, as `paper` does).
 fn config_text(cluster: &Cluster, w: &Workload, ip: std::net::IpAddr) -> String {
     let dsns: Vec<String> = (0..cluster.replicas()).map(|r| dsn(&cluster.config(r))).collect();
-    let connect_s = w.client.login_deadline_s().unwrap_or(86_400.0);
+    let connect_s = w.client.login_deadline_s().unwrap_or(crate::proxy::config::MAX_DEADLINE_S);
     format!(
         "listen = \"{}\"\ndsns = {}\ndrain_s = 1\nserver_connect_timeout_s = {connect_s}\n\n[class]\nparam = \"application_name\"\npremium_prefix = \"{PREMIUM_APP}\"\n",
         std::net::SocketAddr::new(ip, 0),
@@ -280,6 +280,20 @@ impl Drop for ProxyChild {
 mod tests {
     use super::*;
     use crate::commands::run::args::default_run_args;
+
+    #[test]
+    fn the_proxy_takes_its_config_for_every_built_in_workload() {
+        let cfg: tokio_postgres::Config = "host=127.0.0.1 port=5433 user=postgres".parse().unwrap();
+        let cluster = Cluster::External(crate::cluster::external::ExternalCluster::unchecked(vec![cfg]));
+        for name in ["paper", "analytics"] {
+            let mut run = default_run_args();
+            run.common.workload = Some(name.into());
+            let plan = crate::commands::run::plan::Plan::new(run).unwrap();
+            let text = config_text(&cluster, &plan.workload, std::net::IpAddr::from([127, 0, 0, 1]));
+            let parsed = crate::proxy::config::ProxyConfig::parse(&text);
+            assert!(parsed.is_ok(), "{name}: {parsed:?}\n{text}");
+        }
+    }
 
     #[test]
     fn via_proxy_refuses_what_the_proxy_cannot_do() {
