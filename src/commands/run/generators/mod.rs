@@ -390,6 +390,10 @@ mod tests {
     fn several_generators_need_real_servers_and_a_client_each() {
         let mut run = default_run_args();
         assert!(!check(&run).unwrap(), "one generator: the run as before");
+        run.generators_on = GeneratorsOn::Docker;
+        let e = check(&run).unwrap_err();
+        assert_eq!(e.to_string(), "--generators-on: docker needs --generators 2 or more");
+        run.generators_on = GeneratorsOn::Host;
         run.generators = 0;
         assert!(check(&run).unwrap_err().to_string().contains("--generators"));
         run.generators = 2;
