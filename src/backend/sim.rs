@@ -22,6 +22,7 @@ use crate::core::workload::Workload;
 
 mod agenda;
 mod calendar;
+mod huge;
 mod prefetch;
 mod server;
 
@@ -109,18 +110,16 @@ pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
     let k = input.control.replicas();
     let servers = (0..k).map(|_| Server::new()).collect();
     let scripts = std::mem::take(&mut input.clients);
-    let clients: Vec<ClientState> = scripts
-        .into_iter()
-        .map(|script| ClientState {
-            script,
-            state: State::Idle { resume: None },
-            session: 0,
-            session_start: 0.0,
-            intended: 0.0,
-            sent: 0.0,
-            qseq: 0,
-        })
-        .collect();
+    let mut clients: Vec<ClientState> = huge::with_capacity(scripts.len());
+    clients.extend(scripts.into_iter().map(|script| ClientState {
+        script,
+        state: State::Idle { resume: None },
+        session: 0,
+        session_start: 0.0,
+        intended: 0.0,
+        sent: 0.0,
+        qseq: 0,
+    }));
     let agenda = Agenda::new(clients.len(), k);
     let mut sim = Sim { input, col, now: 0.0, agenda, servers, clients, sessions: 0 };
     sim.start();
@@ -157,17 +156,26 @@ impl Sim<'_, '_> {
     }
 
     /// Starts loading what the next few events will touch ([`prefetch`]),
-    /// in stages: the slot and the client ([`prefetch::CLIENT`] ahead; for
-    /// a replica's completion, the client whose job ends), the client's
+    /// in stages: for a replica's completion, the replica and then its job
+    /// heap ([`prefetch::DONE_REPLICA`], [`prefetch::DONE_JOBS`]); the slot
+    /// and the client ([`prefetch::CLIENT`] ahead; for a replica's
+    /// completion, the client whose job ends, and its slot), the client's
     /// replica and its timers ([`prefetch::REPLICA`]), that replica's jobs
     /// ([`prefetch::JOBS`]).
     fn prefetch_ahead(&self) {
+        if let Some(Ahead::Done(r)) = self.agenda.ahead(prefetch::DONE_REPLICA) {
+            prefetch(&self.servers[r.idx()]);
+        }
+        if let Some(Ahead::Done(r)) = self.agenda.ahead(prefetch::DONE_JOBS) {
+            self.servers[r.idx()].prefetch_jobs();
+        }
         self.agenda.prefetch_ahead(prefetch::CLIENT);
         match self.agenda.ahead(prefetch::CLIENT) {
             Some(Ahead::Client(c)) => prefetch(&self.clients[c]),
             Some(Ahead::Done(r)) => {
                 if let Some((_, c)) = self.servers[r.idx()].next().filter(|&(_, c)| c != BACKGROUND) {
                     prefetch(&self.clients[c as usize]);
+                    self.agenda.prefetch_client(c as usize);
                 }
             }
             None => {}

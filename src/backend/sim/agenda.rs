@@ -121,6 +121,12 @@ impl Agenda {
         }
     }
 
+    /// Starts loading client `c`'s timer slot (its job's end replaces its
+    /// deadline with its next wake-up).
+    pub fn prefetch_client(&self, c: usize) {
+        self.timers.prefetch_slot(c);
+    }
+
     /// Starts loading replica `r`'s completion and quota timer slots.
     pub fn prefetch_replica(&self, r: ReplicaId) {
         for ev in [Ev::Done(r), Ev::Quota(r)] {

@@ -84,7 +84,11 @@ impl<T: Copy> Calendar<T> {
     /// An empty calendar for `slots` slots (`blank` fills the unused ones).
     pub fn new(slots: usize, blank: T) -> Calendar<T> {
         Calendar {
-            slots: vec![Slot { key: (0, 0), at: NONE, what: blank }; slots],
+            slots: {
+                let mut v = super::huge::with_capacity(slots);
+                v.resize(slots, Slot { key: (0, 0), at: NONE, what: blank });
+                v
+            },
             due: Vec::new(),
             late: BinaryHeap::new(),
             ring: vec![Vec::new(); BUCKETS as usize],

@@ -9,6 +9,12 @@
 //! ([performance](docs/performance.md#fleets)). Nothing changes if a hint
 //! is wrong or absent.
 
+/// Events ahead whose replica is loaded when the event is that replica's
+/// completion: the client it ends is found from the replica's job heap,
+/// so the replica ...
+pub const DONE_REPLICA: usize = 7;
+/// ... and then its job heap are loaded before [`CLIENT`] reads them.
+pub const DONE_JOBS: usize = 6;
 /// Events ahead whose timer slot and client are loaded: far enough for a
 /// miss to be over when the next stage reads them, near enough to stay in
 /// the cache.
