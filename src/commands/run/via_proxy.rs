@@ -250,14 +250,21 @@ impl ProxyChild {
 fn stop_child(child: &mut Child) -> String {
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-    for _ in 0..100 {
+    wait_or_kill(child, Duration::from_secs(5))
+}
+
+/// Up to `within` for a child of the run to exit, then SIGKILL; how it
+/// ended.
+pub(super) fn wait_or_kill(child: &mut Child, within: Duration) -> String {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
         if let Ok(Some(s)) = child.try_wait() {
             return s.to_string();
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     let _ = child.kill();
-    child.wait().map_or_else(|e| e.to_string(), |s| format!("killed after 5 s ({s})"))
+    child.wait().map_or_else(|e| e.to_string(), |s| format!("killed after {} s ({s})", within.as_secs()))
 }
 
 /// The last lines of the proxy's stderr (`proxy.log` in `dir`), on one line.

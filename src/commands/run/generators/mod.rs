@@ -305,7 +305,7 @@ impl Children {
             .started
             .iter_mut()
             .map(|s| match &mut s.proc_ {
-                Proc::Process(child) => wait(child),
+                Proc::Process(child) => super::via_proxy::wait_or_kill(child, Duration::from_secs(10)),
                 Proc::Container(i) => containers.as_ref().expect("containers").wait(*i, Duration::from_secs(10)),
             })
             .collect();
@@ -354,18 +354,6 @@ fn verdict(started: &[Started], ends: &[RemoteEnd], wall_minus_mono_s: f64, in_c
             offsets.join("; ")
         ),
     }
-}
-
-/// Up to 10 s for a child to exit, then SIGKILL; how it ended.
-fn wait(child: &mut Child) -> String {
-    for _ in 0..200 {
-        if let Ok(Some(s)) = child.try_wait() {
-            return s.to_string();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    child.wait().map_or_else(|e| e.to_string(), |s| format!("killed after 10 s ({s})"))
 }
 
 impl Drop for Children {
