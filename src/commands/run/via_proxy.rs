@@ -161,15 +161,9 @@ pub fn start(
     let mut cmd = Command::new(exe);
     cmd.arg("proxy").arg("--config").arg(&config).arg("--feed").args(flags);
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
-    // Its own process group: a Ctrl-C at the terminal reaches the run,
-    // which drains its clients first and then stops the proxy.
-    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM).map_err(std::io::Error::from)
-        });
-    }
+    // A Ctrl-C at the terminal reaches the run, which drains its clients
+    // first and then stops the proxy.
+    child_of_run(&mut cmd);
     let mut child = cmd.spawn().context("starting the proxy process")?;
     let stdout = child.stdout.take().expect("stdout is piped");
     let (first_tx, first_rx) = std::sync::mpsc::channel();
@@ -251,6 +245,19 @@ fn stop_child(child: &mut Child) -> String {
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
     wait_or_kill(child, Duration::from_secs(5))
+}
+
+/// Makes `cmd` a child of the run: in its own process group, so a Ctrl-C
+/// at the terminal reaches only the run, which stops its children in its
+/// own order; and sent SIGTERM by the kernel if the run dies.
+pub(super) fn child_of_run(cmd: &mut Command) {
+    std::os::unix::process::CommandExt::process_group(cmd, 0);
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, || {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM).map_err(std::io::Error::from)
+        });
+    }
 }
 
 /// Up to `within` for a child of the run to exit, then SIGKILL; how it

@@ -166,15 +166,9 @@ fn process(exe: &std::path::Path, index: u32) -> Result<Ends, Error> {
     let mut cmd = Command::new(exe);
     cmd.args(std::env::args_os().skip(1)).arg("--generator-child").arg(index.to_string());
     cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
-    // Its own process group: a Ctrl-C at the terminal reaches the run,
-    // which passes it on as one SIGTERM, so a child drains as the run does.
-    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM).map_err(std::io::Error::from)
-        });
-    }
+    // A Ctrl-C at the terminal reaches the run, which passes it on as one
+    // SIGTERM, so a child drains as the run does.
+    super::via_proxy::child_of_run(&mut cmd);
     let mut child = cmd.spawn().with_context(|| format!("starting generator {index}"))?;
     let stdin = Box::new(child.stdin.take().expect("stdin is piped"));
     let stdout = Box::new(child.stdout.take().expect("stdout is piped"));
