@@ -113,7 +113,9 @@ bouncer_pid=$(cat "$work/pgbouncer.pid")
 [[ $(readlink "/proc/$proxy_pid/exe") == "$(readlink -f "$bin")" ]] || die "pid $proxy_pid is not the proxy"
 
 syscalls_by=none
-if perf stat -e raw_syscalls:sys_enter -x, -o "$work/perf.probe" -p "$proxy_pid" -- sleep 0.2 >/dev/null 2>&1 \
+# The probe counts a command of its own: attached to an idle middleman
+# for a moment, perf prints "<not counted>" and the probe would fail.
+if perf stat -e raw_syscalls:sys_enter -x, -o "$work/perf.probe" -- sleep 0.1 >/dev/null 2>&1 \
     && grep -q '^[0-9]' "$work/perf.probe"; then
     syscalls_by=perf
 elif command -v strace >/dev/null 2>&1; then

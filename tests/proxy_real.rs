@@ -1012,7 +1012,7 @@ fn a_proxy_without_config_serves_loopback_only() {
 }
 
 /// `--threads`: 0 is refused with one line naming it (exit 2); with 3
-/// relay threads, sessions handed to each in turn, some at once, are
+/// pump threads, sessions handed to each in turn, some at once, are
 /// served, and SIGINT stops the proxy cleanly.
 fn relay_threads(c: &Cluster) {
     let zero = run_within(
@@ -1033,7 +1033,7 @@ fn relay_threads(c: &Cluster) {
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut first = String::new();
     out.read_line(&mut first).unwrap();
-    assert!(first.contains("3 relay threads"), "{first}");
+    assert!(first.contains("3 pump threads"), "{first}");
     let mut p = Proxy { child, _out: out, port, metrics: 0, stderr };
     let together: Vec<_> = (0..4)
         .map(|_| {

@@ -51,9 +51,10 @@ pub struct ProxyArgs {
     /// Serve Prometheus metrics (the router's and the proxy's sessions) at this address.
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<SocketAddr>,
-    /// Threads that relay sessions: 1 serves every client on one thread, as PgBouncer does (the cheapest per
-    /// transaction); N>1 adds N-1 threads, each with its own event loop, and hands each new connection to the
-    /// next thread in turn (for more clients than one core can relay). 1 to 256.
+    /// Pump threads that copy routed sessions' bytes (each one epoll loop; logins, admission and TLS sessions
+    /// stay on the main thread's event loop): 1 copies every session on one thread, as PgBouncer relays on
+    /// one (the cheapest per transaction); N>1 hands each new session to the next pump in turn (for more
+    /// clients than one core can copy for). 1 to 256.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub threads: usize,
     /// Write a JSON feed on stdout for the `run --via-proxy` that started this proxy.
@@ -67,7 +68,7 @@ pub struct ProxyArgs {
     pub common: CommonArgs,
 }
 
-/// The most relay threads `--threads` takes.
+/// The most pump threads `--threads` takes.
 const MAX_THREADS: usize = 256;
 
 /// PgBouncer's port.
@@ -138,7 +139,7 @@ pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
     let tls_mode = format!("{:?}", cfg.tls.mode).to_lowercase();
     let say = format!(
         "plbbench proxy: listening on {listen} ({} over {} replicas, class by {:?} prefix {:?}, auth {auth}, tls {tls_mode}, \
-         {} relay thread{})",
+         {} pump thread{})",
         plan.variant(),
         plan.replicas,
         cfg.class.param,
@@ -151,8 +152,9 @@ pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
     } else {
         println!("{say}");
     }
-    // The first relay thread is this one: its event loop also accepts
-    // clients and runs the probes, the ticks and the metrics endpoint.
+    // This thread's event loop accepts clients, logs them in, admits them and
+    // runs the probes, the ticks and the metrics endpoint; the pump threads
+    // copy the routed sessions.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
     let out = runtime.block_on(serve(input)).context("serving clients")?;
     drop(runtime);

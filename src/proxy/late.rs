@@ -18,6 +18,7 @@ use super::Shared;
 use crate::backend::proxy_feed::REPLICA_PARAM;
 use crate::backend::wire::Conn;
 use bytes::{Buf, BytesMut};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -30,7 +31,7 @@ const MAX_ANSWERED: usize = 16;
 const MAX_FIRST: usize = 1 << 20;
 
 /// Runs the session of a logged-in client that did not name its class.
-pub async fn session(shared: &Shared, id: u32, mut client: ClientStream, startup: &Startup) {
+pub async fn session(shared: &Arc<Shared>, id: u32, mut client: ClientStream, startup: &Startup) {
     let params = match cluster_params(shared, startup).await {
         Ok(p) => p,
         Err(f) => return send_fatal(&mut client, &f).await,

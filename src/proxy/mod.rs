@@ -12,19 +12,21 @@
 //! a run's go to events.csv; the run's Prometheus metrics are served with
 //! the proxy's own beside them. SIGINT or SIGTERM stops accepting, lets
 //! sessions finish for the configured drain time, then closes the rest
-//! with an error. Everything runs on one event loop, the caller's, unless
-//! more relay threads are asked for ([`workers`]).
+//! with an error. Logins and admission run on one tokio event loop, the
+//! caller's; routed plain-TCP sessions are copied on pump threads of their
+//! own ([`pump`]), TLS ones on that event loop.
 
 pub mod class_rule;
 pub mod config;
+mod framing;
 mod late;
 pub mod late_class;
 mod login;
+mod pump;
 mod relay;
 pub mod scram;
 pub mod startup;
 pub mod tls;
-mod workers;
 
 use crate::backend::live_metrics::{self, LiveMetrics, SessionOutcome};
 use crate::backend::proxy_feed::{unix_now, Feed};
@@ -80,7 +82,8 @@ pub struct ProxyInput {
     /// Write the feed (`backend::proxy_feed`) on stdout instead of event
     /// lines on stderr: a proxy `run --via-proxy` started.
     pub feed: bool,
-    /// Relay threads, the caller's included (at least 1; see [`workers`]).
+    /// Pump threads that copy routed plain-TCP sessions (at least 1; see
+    /// [`pump`]).
     pub threads: usize,
 }
 
@@ -127,6 +130,8 @@ pub(crate) struct Shared {
     ticking: AtomicBool,
     /// Wakes [`tick`] when something timed begins.
     timed: Notify,
+    /// The threads that copy routed plain-TCP sessions.
+    pumps: pump::Pumps,
 }
 
 impl Shared {
@@ -282,6 +287,7 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
         feed: input.feed,
         ticking: AtomicBool::new(false),
         timed: Notify::new(),
+        pumps: pump::Pumps::start(input.threads)?,
     });
     if let Some(live) = &live {
         let ctl = shared.control.lock().expect("control lock");
@@ -299,7 +305,6 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
     background.push(tokio::spawn(tick(shared.clone())));
     background.push(tokio::spawn(sample_cpu(shared.clone(), input.cluster)));
     let mut signals = Signals::require()?;
-    let mut workers = workers::Workers::start(input.threads, &shared, input.login_timeout)?;
     let mut next = 0u32;
     loop {
         tokio::select! {
@@ -308,9 +313,7 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
                 let id = next;
                 next = next.wrapping_add(1);
                 shared.open.fetch_add(1, Ordering::SeqCst);
-                if let Some(sock) = workers.hand(id, sock) {
-                    tokio::spawn(connection(shared.clone(), id, sock, input.login_timeout));
-                }
+                tokio::spawn(connection(shared.clone(), id, sock, input.login_timeout));
             }
             _ = signals.recv() => break,
         }
@@ -331,12 +334,12 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
     }
     let cut = shared.open.load(Ordering::SeqCst);
     let _ = term_tx.send(true);
+    shared.pumps.stop();
     let gone = tokio::time::Instant::now() + Duration::from_secs(2);
     while shared.open.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < gone {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     background.iter().for_each(|t| t.abort());
-    workers.stop();
     Ok(ProxyOutcome { sessions: u64::from(shared.routed.load(Ordering::Relaxed)), cut })
 }
 
@@ -436,7 +439,7 @@ async fn tick(shared: Arc<Shared>) {
 
 /// Every second: each replica's cumulative CPU, read as a run reads it,
 /// for the controller (`Controller::sample`). The reading walks /proc or
-/// cgroup files, so it runs off the relay thread.
+/// cgroup files, so it runs off the event loop.
 async fn sample_cpu(shared: Arc<Shared>, cluster: Arc<Mutex<Cluster>>) {
     let mut every = tokio::time::interval(Duration::from_secs(1));
     loop {

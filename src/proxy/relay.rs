@@ -2,30 +2,33 @@
 //! controller picks the replica (queueing or refusing as `run` would), the
 //! proxy logs into it with the cluster's credentials, hands the client the
 //! server's AuthenticationOk, parameters and key, then copies bytes both
-//! ways without interpreting queries (the start of each is read only to
-//! notice a `SET application_name` that names another class, which is
-//! logged: the session stays). The server-to-client stream is followed
-//! message by message (lengths only), so when the replica's connection
-//! breaks, or the proxy stops, the client gets one whole FATAL
+//! ways without interpreting queries: a plain-TCP session on a pump thread
+//! ([`super::pump`]), a TLS one on its task. What follows the bytes is one
+//! [`Flow`] on either: the start of each statement is read only to notice
+//! a `SET application_name` that names another class, which is logged
+//! (the session stays); the server-to-client stream is followed message by
+//! message (lengths only, [`super::framing`]), so when the replica's
+//! connection breaks, or the proxy stops, the client gets one whole FATAL
 //! ErrorResponse at a message boundary and a closed socket, never a hang.
-
-use super::late_class::{self, Said};
+use super::framing::Framing;
 use super::login::{send_fatal, Fatal};
+use super::pump::Back;
 use super::startup::Startup;
 use super::tls::ClientStream;
-use super::Shared;
+use super::{CancelKey, Shared};
 use crate::backend::live_metrics::SessionOutcome;
 use crate::backend::proxy_feed::{failed_on, REPLICA_PARAM};
 use crate::backend::wire::{Conn, WireError};
 use crate::core::model::{Class, ConnectError, QueryError, ReplicaId};
 use bytes::BytesMut;
+use std::sync::Arc;
 use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Runs the session of a logged-in client whose class its startup packet
 /// gave to its end.
-pub async fn session(shared: &Shared, id: u32, mut client: ClientStream, startup: &Startup, class: Class) {
+pub async fn session(shared: &Arc<Shared>, id: u32, mut client: ClientStream, startup: &Startup, class: Class) {
     let Some((r, server, pending)) = route(shared, id, &mut client, startup, class).await else { return };
     shared.remember_params(&pending);
     let mut to_client = AUTH_OK.to_vec();
@@ -81,27 +84,47 @@ pub(super) struct Start {
     pub key: Option<(u32, u32)>,
 }
 
-/// Relays a routed session to its end, then forgets its cancel key and
-/// tells the controller it ended.
+/// Relays a routed session to its end: on a pump thread for a plain-TCP
+/// client ([`super::pump`]), on this task for a TLS one. Its [`Flow`],
+/// dropped at the end, forgets its cancel key and tells the controller the
+/// session ended.
 pub(super) async fn finish(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     id: u32,
     r: ReplicaId,
     class: Class,
-    client: ClientStream,
-    server: TcpStream,
+    mut client: ClientStream,
+    mut server: TcpStream,
     start: Start,
 ) {
-    let key = relay(shared, Session { id, r, class }, client, server, start).await;
-    if let Some(k) = key {
-        shared.keys.lock().expect("keys lock").remove(&k);
+    let mut flow = Flow::new(shared.clone(), Session { id, r, class }, &start);
+    let begun = if client.write_all(&start.to_client).await.is_err() {
+        Err(End::Quiet)
+    } else if server.write_all(&start.to_server).await.is_err() {
+        Err(End::Lost)
+    } else {
+        Ok(())
+    };
+    match (begun, client) {
+        (Err(end), client) => close(&flow, end, client, &[]).await,
+        (Ok(()), ClientStream::Plain(tcp)) => {
+            if let Some(Back { end, flow, client, server, held }) = shared.pumps.relay(tcp, server, flow).await {
+                if let Ok(tcp) = TcpStream::from_std(client) {
+                    close(&flow, end, ClientStream::Plain(tcp), &held).await;
+                }
+                drop(server);
+            }
+        }
+        (Ok(()), mut client) => {
+            let end = on_this_task(&mut flow, &mut client, &mut server).await;
+            close(&flow, end, client, &[]).await;
+        }
     }
-    shared.ended(r, class);
 }
 
 /// Which session a relay carries.
 #[derive(Clone, Copy)]
-struct Session {
+pub(super) struct Session {
     id: u32,
     r: ReplicaId,
     class: Class,
@@ -152,137 +175,6 @@ fn server_code(code: &str) -> &'static str {
     ["53300", "3D000", "28000", "28P01", "57P03", "57P01", "42501"].into_iter().find(|c| *c == code).unwrap_or("08006")
 }
 
-/// Where the server-to-client stream is: inside a message or at its end.
-struct Framing {
-    /// Header bytes of the current message seen so far (up to 5).
-    header: [u8; 5],
-    seen: usize,
-    /// Body bytes still to come of the current message.
-    remaining: usize,
-    /// The BackendKeyData seen, if any.
-    key: Option<(u32, u32)>,
-    /// Body bytes of a BackendKeyData message collected so far.
-    key_body: [u8; 8],
-    key_seen: usize,
-    /// A Terminate (`X`) went by (client to server): the server closing
-    /// next is the session's normal end.
-    terminated: bool,
-    /// Read the start of each Query and Parse (client to server) for `SET
-    /// application_name`.
-    watch: bool,
-    /// How much of the current Query or Parse's body is in `text`, while
-    /// watched.
-    text_len: Option<usize>,
-    /// The start of the current Query or Parse's body: a fixed buffer, so
-    /// that following a routed session allocates nothing per message.
-    text: [u8; WATCHED],
-    /// The last `SET application_name` value seen.
-    named: Option<String>,
-}
-
-/// How much of a Query or Parse is read for `SET application_name`.
-const WATCHED: usize = 256;
-
-impl Framing {
-    fn new() -> Framing {
-        Framing {
-            header: [0; 5],
-            seen: 0,
-            remaining: 0,
-            key: None,
-            key_body: [0; 8],
-            key_seen: 0,
-            terminated: false,
-            watch: false,
-            text_len: None,
-            text: [0; WATCHED],
-            named: None,
-        }
-    }
-
-    /// A framing of the client's stream that reads its `SET
-    /// application_name` statements.
-    fn watching() -> Framing {
-        Framing { watch: true, ..Framing::new() }
-    }
-
-    /// The current watched message's body is complete (or long enough):
-    /// parsed only when it may be a `SET application_name`
-    /// ([`late_class::may_be_set`]), so other statements cost no
-    /// allocation.
-    fn statement_read(&mut self) {
-        let Some(len) = self.text_len.take() else { return };
-        let text = &self.text[..len];
-        if !late_class::may_be_set(text) {
-            return;
-        }
-        let said = late_class::sql_of(self.header[0], text).map(|sql| late_class::said(&sql));
-        if let Some(Said::AppName(v)) = said {
-            self.named = Some(v);
-        }
-    }
-
-    /// Collects the body bytes `bytes` of a BackendKeyData.
-    fn key_bytes(&mut self, bytes: &[u8]) {
-        let take = bytes.len().min(8 - self.key_seen);
-        self.key_body[self.key_seen..self.key_seen + take].copy_from_slice(&bytes[..take]);
-        self.key_seen += take;
-        if self.key_seen == 8 {
-            let [p0, p1, p2, p3, k0, k1, k2, k3] = self.key_body;
-            self.key = Some((u32::from_be_bytes([p0, p1, p2, p3]), u32::from_be_bytes([k0, k1, k2, k3])));
-        }
-    }
-
-    /// Keeps the watched statement's bytes `bytes`, up to [`WATCHED`].
-    fn text_bytes(&mut self, bytes: &[u8]) {
-        if let Some(len) = &mut self.text_len {
-            let take = bytes.len().min(WATCHED - *len);
-            self.text[*len..*len + take].copy_from_slice(&bytes[..take]);
-            *len += take;
-        }
-    }
-
-    fn at_boundary(&self) -> bool {
-        self.seen == 0 && self.remaining == 0
-    }
-
-    /// Follows `bytes` through the message framing.
-    fn feed(&mut self, mut bytes: &[u8]) {
-        while !bytes.is_empty() {
-            if self.remaining == 0 && self.seen < 5 {
-                let take = (5 - self.seen).min(bytes.len());
-                self.header[self.seen..self.seen + take].copy_from_slice(&bytes[..take]);
-                self.seen += take;
-                bytes = &bytes[take..];
-                if self.seen == 5 {
-                    let len = u32::from_be_bytes(self.header[1..5].try_into().expect("4 bytes")) as usize;
-                    self.remaining = len.saturating_sub(4);
-                    self.seen = 0;
-                    self.key_seen = 0;
-                    self.terminated |= self.header[0] == b'X';
-                    if self.watch && matches!(self.header[0], b'Q' | b'P') {
-                        self.text_len = Some(0);
-                        if self.remaining == 0 {
-                            self.statement_read();
-                        }
-                    }
-                }
-                continue;
-            }
-            let take = self.remaining.min(bytes.len());
-            if self.header[0] == b'K' {
-                self.key_bytes(&bytes[..take]);
-            }
-            self.text_bytes(&bytes[..take]);
-            self.remaining -= take;
-            bytes = &bytes[take..];
-            if self.remaining == 0 || self.text_len.is_some_and(|n| n >= WATCHED) {
-                self.statement_read();
-            }
-        }
-    }
-}
-
 /// AuthenticationOk.
 pub(super) const AUTH_OK: [u8; 9] = [b'R', 0, 0, 0, 8, 0, 0, 0, 0];
 /// A ParameterStatus message: `name` is now `value`.
@@ -299,10 +191,11 @@ pub(super) fn parameter_status(name: &str, value: &str) -> Vec<u8> {
 }
 
 /// Size of each copy's buffer.
-const CHUNK: usize = 16 * 1024;
+pub(super) const CHUNK: usize = 16 * 1024;
 
 /// How a relay ended.
-enum End {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum End {
     /// The client left, or the server closed after the client's Terminate.
     Quiet,
     /// The replica's connection broke.
@@ -311,97 +204,138 @@ enum End {
     Stop,
 }
 
-/// Registers the session's cancel key once the server has sent it.
-fn register(shared: &Shared, r: ReplicaId, framing: &Framing, registered: &mut Option<(u32, u32)>) {
-    if let (None, Some(k)) = (*registered, framing.key) {
-        shared.keys.lock().expect("keys lock").insert(k, (r, k));
-        *registered = Some(k);
+/// What follows a routed session's bytes, on whichever thread relays them:
+/// both streams' framing, the cancel key's registration, the warning for
+/// a class named after routing, and what the server's close means. Dropped
+/// when the session is over: its cancel key is forgotten and the
+/// controller told the session ended.
+pub(super) struct Flow {
+    shared: Arc<Shared>,
+    s: Session,
+    /// Server to client.
+    framing: Framing,
+    /// Client to server (watched for `SET application_name` when the
+    /// class rule reads it).
+    upstream: Framing,
+    /// The cancel key registered, as the client knows it.
+    registered: Option<CancelKey>,
+    /// Whether a class named after routing was said.
+    told: bool,
+    /// When the relay began (proxy time, s).
+    began: f64,
+}
+
+impl Flow {
+    fn new(shared: Arc<Shared>, s: Session, start: &Start) -> Flow {
+        let upstream = if shared.rule.reads_application_name() { Framing::watching() } else { Framing::new() };
+        let began = shared.now();
+        let mut flow = Flow { shared, s, framing: Framing::new(), upstream, registered: start.key, told: false, began };
+        flow.server_sent(&start.seen);
+        flow.client_sent(&start.to_server);
+        flow
+    }
+
+    /// Follows bytes the client sent.
+    pub fn client_sent(&mut self, bytes: &[u8]) {
+        self.upstream.feed(bytes);
+        if let Some(v) = self.upstream.named.take() {
+            self.told = self.told || self.shared.named_after_routing(self.s.id, self.s.r, self.s.class, &v);
+        }
+    }
+
+    /// Follows bytes the server sent; registers the session's cancel key
+    /// once it has gone by.
+    pub fn server_sent(&mut self, bytes: &[u8]) {
+        self.framing.feed(bytes);
+        if let (None, Some(k)) = (self.registered, self.framing.key) {
+            self.shared.keys.lock().expect("keys lock").insert(k, (self.s.r, k));
+            self.registered = Some(k);
+        }
+    }
+
+    /// The server closed its side: the session's normal end after the
+    /// client's Terminate, else the replica's connection was lost (told to
+    /// the controller).
+    pub fn server_closed(&self) -> End {
+        if self.upstream.terminated {
+            return End::Quiet;
+        }
+        let (r, began) = (self.s.r, self.began);
+        self.shared.control(|ctl, now| ctl.c.query_answered(r, Err(QueryError::ConnectionLost), began, now));
+        End::Lost
     }
 }
 
-/// Copies both ways until one side closes or the proxy stops (then the
-/// session's running statement is cancelled on its replica, so it does not
-/// outlive the proxy); returns the session's cancel key as its client knows
-/// it (registered while it lived). A `SET application_name` naming another
-/// class is said once.
-async fn relay(
-    shared: &Shared,
-    s: Session,
-    mut client: ClientStream,
-    mut server: TcpStream,
-    start: Start,
-) -> Option<(u32, u32)> {
-    let r = s.r;
-    let mut framing = Framing::new();
-    let mut upstream = if shared.rule.reads_application_name() { Framing::watching() } else { Framing::new() };
-    let mut registered = start.key;
-    let mut told = false;
-    framing.feed(&start.seen);
-    register(shared, r, &framing, &mut registered);
-    upstream.feed(&start.to_server);
+impl Drop for Flow {
+    fn drop(&mut self) {
+        if let Some(k) = self.registered {
+            self.shared.keys.lock().expect("keys lock").remove(&k);
+        }
+        self.shared.ended(self.s.r, self.s.class);
+    }
+}
+
+/// Copies both ways on this task (a TLS client's session) until one side
+/// closes or the proxy stops.
+async fn on_this_task(flow: &mut Flow, client: &mut ClientStream, server: &mut TcpStream) -> End {
     let (mut cbuf, mut sbuf) = (vec![0u8; CHUNK], vec![0u8; CHUNK]);
-    let mut stop = shared.terminate.clone();
+    let mut stop = flow.shared.terminate.clone();
     // One wait for the stop for the whole session: made anew in every turn
     // of the loop, it would register with the shared watch each time.
     let stopped = super::stopping(&mut stop);
     tokio::pin!(stopped);
-    let began = shared.now();
-    let end = if client.write_all(&start.to_client).await.is_err() {
-        End::Quiet
-    } else if server.write_all(&start.to_server).await.is_err() {
-        End::Lost
-    } else {
-        loop {
-            if let Some(v) = upstream.named.take() {
-                told = told || shared.named_after_routing(s.id, r, s.class, &v);
-            }
-            // The reads first: the stop is polled only when neither side
-            // has bytes, not on every message.
-            tokio::select! {
-                biased;
-                n = client.read(&mut cbuf) => match n {
-                    Ok(n) if n > 0 => {
-                        upstream.feed(&cbuf[..n]);
-                        if server.write_all(&cbuf[..n]).await.is_err() {
-                            break End::Lost;
-                        }
+    loop {
+        // The reads first: the stop is polled only when neither side has
+        // bytes, not on every message.
+        tokio::select! {
+            biased;
+            n = client.read(&mut cbuf) => match n {
+                Ok(n) if n > 0 => {
+                    flow.client_sent(&cbuf[..n]);
+                    if server.write_all(&cbuf[..n]).await.is_err() {
+                        return End::Lost;
                     }
-                    _ => break End::Quiet,
-                },
-                n = server.read(&mut sbuf) => match n {
-                    Ok(n) if n > 0 => {
-                        framing.feed(&sbuf[..n]);
-                        register(shared, r, &framing, &mut registered);
-                        if client.write_all(&sbuf[..n]).await.is_err() {
-                            break End::Quiet;
-                        }
+                }
+                _ => return End::Quiet,
+            },
+            n = server.read(&mut sbuf) => match n {
+                Ok(n) if n > 0 => {
+                    flow.server_sent(&sbuf[..n]);
+                    if client.write_all(&sbuf[..n]).await.is_err() {
+                        return End::Quiet;
                     }
-                    _ if upstream.terminated => break End::Quiet,
-                    _ => {
-                        shared.control(|ctl, now| ctl.c.query_answered(r, Err(QueryError::ConnectionLost), began, now));
-                        break End::Lost;
-                    }
-                },
-                _ = &mut stopped => break End::Stop,
-            }
+                }
+                _ => return flow.server_closed(),
+            },
+            _ = &mut stopped => return End::Stop,
         }
-    };
+    }
+}
+
+/// A relay's end on the client's side: the server bytes read but not yet
+/// delivered (`held`), one whole FATAL at a message boundary when the
+/// replica was lost or the proxy stops (then the session's running
+/// statement is cancelled on its replica, so it does not outlive the
+/// proxy), and the client's socket closed.
+async fn close(flow: &Flow, end: End, mut client: ClientStream, held: &[u8]) {
+    if !held.is_empty() && client.write_all(held).await.is_err() {
+        return;
+    }
     let fatal = match end {
         End::Quiet => None,
-        End::Lost => Some(lost(r)),
+        End::Lost => Some(lost(flow.s.r)),
         End::Stop => Some(Fatal::new(
             "57P01",
             "terminating connection due to administrator command (plbbench proxy is stopping)",
         )),
     };
-    if let (Some(f), true) = (&fatal, framing.at_boundary()) {
+    if let (Some(f), true) = (&fatal, flow.framing.at_boundary()) {
         send_fatal(&mut client, f).await;
     }
-    if let (End::Stop, Some((pid, key))) = (end, registered) {
-        shared.cancel(pid, key).await;
+    if let (End::Stop, Some((pid, key))) = (end, flow.registered) {
+        flow.shared.cancel(pid, key).await;
     }
     let _ = client.shutdown().await;
-    registered
 }
 
 /// The error a client gets when its replica's connection breaks.
@@ -417,159 +351,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn framing_follows_messages_across_any_split_and_finds_the_key() {
-        let mut stream = vec![b'S', 0, 0, 0, 9, b'a', 0, b'b', 0, 0];
-        stream.extend([b'K', 0, 0, 0, 12, 0, 0, 0, 42, 0, 0, 1, 0]);
-        stream.extend([b'Z', 0, 0, 0, 5, b'I']);
-        for cut in 0..stream.len() {
-            let mut f = Framing::new();
-            f.feed(&stream[..cut]);
-            f.feed(&stream[cut..]);
-            assert!(f.at_boundary(), "cut {cut}");
-            assert_eq!(f.key, Some((42, 256)), "cut {cut}");
-        }
-        let mut f = Framing::new();
-        f.feed(&stream[..12]);
-        assert!(!f.at_boundary() && !f.terminated);
-        f.feed(&stream[12..]);
-        f.feed(&[b'X', 0, 0, 0, 4]);
-        assert!(f.at_boundary() && f.terminated);
-        let mut f = Framing::new();
-        f.feed(&parameter_status(REPLICA_PARAM, "r2"));
-        assert!(f.at_boundary());
+    fn messages_the_proxy_writes_and_the_codes_it_passes_on() {
         assert_eq!(parameter_status("a", "b"), [b'S', 0, 0, 0, 8, b'a', 0, b'b', 0]);
         assert_eq!(server_code("3D000"), "3D000");
         assert_eq!(server_code("XX000"), "08006");
-    }
-
-    #[test]
-    fn a_watched_stream_finds_set_application_name_across_any_split() {
-        let query = |sql: &str| {
-            let mut m = vec![b'Q'];
-            m.extend(((5 + sql.len()) as u32).to_be_bytes());
-            m.extend(sql.as_bytes());
-            m.push(0);
-            m
-        };
-        let mut stream = query("SELECT 1");
-        stream.extend([b'S', 0, 0, 0, 4]);
-        stream.extend(query("set application_name to 'premium-x'; SELECT 2"));
-        for cut in 0..stream.len() {
-            let mut f = Framing::watching();
-            f.feed(&stream[..cut]);
-            f.feed(&stream[cut..]);
-            assert_eq!(f.named.as_deref(), Some("premium-x"), "cut {cut}");
-        }
-        let mut plain = Framing::new();
-        plain.feed(&stream);
-        assert_eq!(plain.named, None, "not watched");
-        let mut long = Framing::watching();
-        long.feed(&query(&format!("SELECT '{}'", "x".repeat(5000))));
-        assert!(long.at_boundary() && long.named.is_none() && long.text_len.is_none());
-        let mut late = Framing::watching();
-        late.feed(&query(&format!("SELECT '{}'; SET application_name = 'premium-y'", "x".repeat(300))));
-        assert_eq!(late.named, None, "only the first {WATCHED} bytes are read");
-    }
-
-    /// A session's traffic after routing: Parse/Bind/Execute/Sync batches
-    /// and Query messages (none a `SET application_name`), then what the
-    /// server answers.
-    fn routed_traffic() -> (Vec<u8>, Vec<u8>) {
-        let msg = |tag: u8, body: &[u8]| {
-            let mut m = vec![tag];
-            m.extend(((4 + body.len()) as u32).to_be_bytes());
-            m.extend(body);
-            m
-        };
-        let mut up = Vec::new();
-        for i in 0..50 {
-            up.extend(msg(
-                b'P',
-                format!("s{i}\0SELECT abalance FROM pgbench_accounts WHERE aid = $1\0\0\0").as_bytes(),
-            ));
-            up.extend(msg(b'B', b"\0s\0\0\0\0\x01\0\0\0\x0242\0\0"));
-            up.extend(msg(b'E', b"\0\0\0\0\0"));
-            up.extend(msg(b'S', b""));
-            up.extend(msg(b'Q', format!("SELECT {i}; -- settings, not a set").as_bytes()));
-            up.extend(msg(b'Q', b"SET search_path = public"));
-        }
-        let mut down = Vec::new();
-        for _ in 0..50 {
-            down.extend(msg(b'1', b""));
-            down.extend(msg(b'2', b""));
-            down.extend(msg(b'D', b"\0\x01\0\0\0\x010"));
-            down.extend(msg(b'C', b"SELECT 1\0"));
-            down.extend(msg(b'Z', b"I"));
-        }
-        (up, down)
-    }
-
-    #[test]
-    fn following_a_routed_session_allocates_nothing_per_message() {
-        let (up, down) = routed_traffic();
-        let mut upstream = Framing::watching();
-        let mut framing = Framing::new();
-        for chunk in [1, 7, 64, 4096] {
-            let n = counting::allocations(|| {
-                for part in up.chunks(chunk) {
-                    upstream.feed(part);
-                }
-                for part in down.chunks(chunk) {
-                    framing.feed(part);
-                }
-            });
-            assert_eq!(n, 0, "{n} heap allocations following {} bytes in chunks of {chunk}", up.len() + down.len());
-            assert!(upstream.at_boundary() && framing.at_boundary() && upstream.named.is_none());
-        }
-        let n = counting::allocations(|| upstream.feed(b"Q\0\0\0\x25SET application_name = 'premium'\0"));
-        assert!(n > 0 && upstream.named.as_deref() == Some("premium"), "a rename is still read ({n} allocations)");
-    }
-
-    /// A global allocator for this crate's unit tests that counts, per
-    /// thread, the allocations made while [`counting::allocations`] runs.
-    mod counting {
-        use std::alloc::{GlobalAlloc, Layout, System};
-        use std::cell::Cell;
-
-        thread_local! {
-            static COUNT: Cell<Option<u64>> = const { Cell::new(None) };
-        }
-
-        struct Counting;
-
-        fn note() {
-            let _ = COUNT.try_with(|c| c.set(c.get().map(|n| n + 1)));
-        }
-
-        // SAFETY: every call is passed on unchanged to the system
-        // allocator; counting touches only a const thread-local Cell, which
-        // never allocates.
-        unsafe impl GlobalAlloc for Counting {
-            unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-                note();
-                System.alloc(layout)
-            }
-            unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-                note();
-                System.alloc_zeroed(layout)
-            }
-            unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-                note();
-                System.realloc(ptr, layout, new_size)
-            }
-            unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-                System.dealloc(ptr, layout)
-            }
-        }
-
-        #[global_allocator]
-        static ALLOCATOR: Counting = Counting;
-
-        /// Heap allocations (and reallocations) made on this thread by `f`.
-        pub fn allocations(f: impl FnOnce()) -> u64 {
-            COUNT.with(|c| c.set(Some(0)));
-            f();
-            COUNT.with(|c| c.replace(None)).unwrap_or(0)
-        }
     }
 }

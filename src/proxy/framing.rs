@@ -1,0 +1,302 @@
+//! Following a routed session's two byte streams without interpreting
+//! them ([proxy](docs/proxy.md)): message lengths, so the proxy knows when
+//! it is at a message boundary (a FATAL can only go there); the server's
+//! cancel key (BackendKeyData); the client's Terminate (after which the
+//! server's close is the session's normal end); and, when watched, the
+//! start of each Query and Parse, read for `SET application_name`. Both
+//! relays (tokio's for TLS, [`super::pump`] for plain TCP) follow a
+//! session with it, and it allocates nothing per message.
+
+use super::late_class::{self, Said};
+
+/// Where the server-to-client stream is: inside a message or at its end.
+pub(super) struct Framing {
+    /// Header bytes of the current message seen so far (up to 5).
+    header: [u8; 5],
+    seen: usize,
+    /// Body bytes still to come of the current message.
+    remaining: usize,
+    /// The BackendKeyData seen, if any.
+    pub key: Option<(u32, u32)>,
+    /// Body bytes of a BackendKeyData message collected so far.
+    key_body: [u8; 8],
+    key_seen: usize,
+    /// A Terminate (`X`) went by (client to server): the server closing
+    /// next is the session's normal end.
+    pub terminated: bool,
+    /// Read the start of each Query and Parse (client to server) for `SET
+    /// application_name`.
+    watch: bool,
+    /// How much of the current Query or Parse's body is in `text`, while
+    /// watched.
+    text_len: Option<usize>,
+    /// The start of the current Query or Parse's body: a fixed buffer, so
+    /// that following a routed session allocates nothing per message.
+    text: [u8; WATCHED],
+    /// The last `SET application_name` value seen.
+    pub named: Option<String>,
+}
+
+/// How much of a Query or Parse is read for `SET application_name`.
+const WATCHED: usize = 256;
+
+impl Framing {
+    pub fn new() -> Framing {
+        Framing {
+            header: [0; 5],
+            seen: 0,
+            remaining: 0,
+            key: None,
+            key_body: [0; 8],
+            key_seen: 0,
+            terminated: false,
+            watch: false,
+            text_len: None,
+            text: [0; WATCHED],
+            named: None,
+        }
+    }
+
+    /// A framing of the client's stream that reads its `SET
+    /// application_name` statements.
+    pub fn watching() -> Framing {
+        Framing { watch: true, ..Framing::new() }
+    }
+
+    /// The current watched message's body is complete (or long enough):
+    /// parsed only when it may be a `SET application_name`
+    /// ([`late_class::may_be_set`]), so other statements cost no
+    /// allocation.
+    fn statement_read(&mut self) {
+        let Some(len) = self.text_len.take() else { return };
+        let text = &self.text[..len];
+        if !late_class::may_be_set(text) {
+            return;
+        }
+        let said = late_class::sql_of(self.header[0], text).map(|sql| late_class::said(&sql));
+        if let Some(Said::AppName(v)) = said {
+            self.named = Some(v);
+        }
+    }
+
+    /// Collects the body bytes `bytes` of a BackendKeyData.
+    fn key_bytes(&mut self, bytes: &[u8]) {
+        let take = bytes.len().min(8 - self.key_seen);
+        self.key_body[self.key_seen..self.key_seen + take].copy_from_slice(&bytes[..take]);
+        self.key_seen += take;
+        if self.key_seen == 8 {
+            let [p0, p1, p2, p3, k0, k1, k2, k3] = self.key_body;
+            self.key = Some((u32::from_be_bytes([p0, p1, p2, p3]), u32::from_be_bytes([k0, k1, k2, k3])));
+        }
+    }
+
+    /// Keeps the watched statement's bytes `bytes`, up to [`WATCHED`].
+    fn text_bytes(&mut self, bytes: &[u8]) {
+        if let Some(len) = &mut self.text_len {
+            let take = bytes.len().min(WATCHED - *len);
+            self.text[*len..*len + take].copy_from_slice(&bytes[..take]);
+            *len += take;
+        }
+    }
+
+    pub fn at_boundary(&self) -> bool {
+        self.seen == 0 && self.remaining == 0
+    }
+
+    /// Follows `bytes` through the message framing.
+    pub fn feed(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            if self.remaining == 0 && self.seen < 5 {
+                let take = (5 - self.seen).min(bytes.len());
+                self.header[self.seen..self.seen + take].copy_from_slice(&bytes[..take]);
+                self.seen += take;
+                bytes = &bytes[take..];
+                if self.seen == 5 {
+                    let len = u32::from_be_bytes(self.header[1..5].try_into().expect("4 bytes")) as usize;
+                    self.remaining = len.saturating_sub(4);
+                    self.seen = 0;
+                    self.key_seen = 0;
+                    self.terminated |= self.header[0] == b'X';
+                    if self.watch && matches!(self.header[0], b'Q' | b'P') {
+                        self.text_len = Some(0);
+                        if self.remaining == 0 {
+                            self.statement_read();
+                        }
+                    }
+                }
+                continue;
+            }
+            let take = self.remaining.min(bytes.len());
+            if self.header[0] == b'K' {
+                self.key_bytes(&bytes[..take]);
+            }
+            self.text_bytes(&bytes[..take]);
+            self.remaining -= take;
+            bytes = &bytes[take..];
+            if self.remaining == 0 || self.text_len.is_some_and(|n| n >= WATCHED) {
+                self.statement_read();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::proxy_feed::REPLICA_PARAM;
+    use crate::proxy::relay::parameter_status;
+
+    #[test]
+    fn framing_follows_messages_across_any_split_and_finds_the_key() {
+        let mut stream = vec![b'S', 0, 0, 0, 9, b'a', 0, b'b', 0, 0];
+        stream.extend([b'K', 0, 0, 0, 12, 0, 0, 0, 42, 0, 0, 1, 0]);
+        stream.extend([b'Z', 0, 0, 0, 5, b'I']);
+        for cut in 0..stream.len() {
+            let mut f = Framing::new();
+            f.feed(&stream[..cut]);
+            f.feed(&stream[cut..]);
+            assert!(f.at_boundary(), "cut {cut}");
+            assert_eq!(f.key, Some((42, 256)), "cut {cut}");
+        }
+        let mut f = Framing::new();
+        f.feed(&stream[..12]);
+        assert!(!f.at_boundary() && !f.terminated);
+        f.feed(&stream[12..]);
+        f.feed(&[b'X', 0, 0, 0, 4]);
+        assert!(f.at_boundary() && f.terminated);
+        let mut f = Framing::new();
+        f.feed(&parameter_status(REPLICA_PARAM, "r2"));
+        assert!(f.at_boundary());
+    }
+
+    #[test]
+    fn a_watched_stream_finds_set_application_name_across_any_split() {
+        let query = |sql: &str| {
+            let mut m = vec![b'Q'];
+            m.extend(((5 + sql.len()) as u32).to_be_bytes());
+            m.extend(sql.as_bytes());
+            m.push(0);
+            m
+        };
+        let mut stream = query("SELECT 1");
+        stream.extend([b'S', 0, 0, 0, 4]);
+        stream.extend(query("set application_name to 'premium-x'; SELECT 2"));
+        for cut in 0..stream.len() {
+            let mut f = Framing::watching();
+            f.feed(&stream[..cut]);
+            f.feed(&stream[cut..]);
+            assert_eq!(f.named.as_deref(), Some("premium-x"), "cut {cut}");
+        }
+        let mut plain = Framing::new();
+        plain.feed(&stream);
+        assert_eq!(plain.named, None, "not watched");
+        let mut long = Framing::watching();
+        long.feed(&query(&format!("SELECT '{}'", "x".repeat(5000))));
+        assert!(long.at_boundary() && long.named.is_none() && long.text_len.is_none());
+        let mut late = Framing::watching();
+        late.feed(&query(&format!("SELECT '{}'; SET application_name = 'premium-y'", "x".repeat(300))));
+        assert_eq!(late.named, None, "only the first {WATCHED} bytes are read");
+    }
+
+    /// A session's traffic after routing: Parse/Bind/Execute/Sync batches
+    /// and Query messages (none a `SET application_name`), then what the
+    /// server answers.
+    fn routed_traffic() -> (Vec<u8>, Vec<u8>) {
+        let msg = |tag: u8, body: &[u8]| {
+            let mut m = vec![tag];
+            m.extend(((4 + body.len()) as u32).to_be_bytes());
+            m.extend(body);
+            m
+        };
+        let mut up = Vec::new();
+        for i in 0..50 {
+            up.extend(msg(
+                b'P',
+                format!("s{i}\0SELECT abalance FROM pgbench_accounts WHERE aid = $1\0\0\0").as_bytes(),
+            ));
+            up.extend(msg(b'B', b"\0s\0\0\0\0\x01\0\0\0\x0242\0\0"));
+            up.extend(msg(b'E', b"\0\0\0\0\0"));
+            up.extend(msg(b'S', b""));
+            up.extend(msg(b'Q', format!("SELECT {i}; -- settings, not a set").as_bytes()));
+            up.extend(msg(b'Q', b"SET search_path = public"));
+        }
+        let mut down = Vec::new();
+        for _ in 0..50 {
+            down.extend(msg(b'1', b""));
+            down.extend(msg(b'2', b""));
+            down.extend(msg(b'D', b"\0\x01\0\0\0\x010"));
+            down.extend(msg(b'C', b"SELECT 1\0"));
+            down.extend(msg(b'Z', b"I"));
+        }
+        (up, down)
+    }
+
+    #[test]
+    fn following_a_routed_session_allocates_nothing_per_message() {
+        let (up, down) = routed_traffic();
+        let mut upstream = Framing::watching();
+        let mut framing = Framing::new();
+        for chunk in [1, 7, 64, 4096] {
+            let n = counting::allocations(|| {
+                for part in up.chunks(chunk) {
+                    upstream.feed(part);
+                }
+                for part in down.chunks(chunk) {
+                    framing.feed(part);
+                }
+            });
+            assert_eq!(n, 0, "{n} heap allocations following {} bytes in chunks of {chunk}", up.len() + down.len());
+            assert!(upstream.at_boundary() && framing.at_boundary() && upstream.named.is_none());
+        }
+        let n = counting::allocations(|| upstream.feed(b"Q\0\0\0\x25SET application_name = 'premium'\0"));
+        assert!(n > 0 && upstream.named.as_deref() == Some("premium"), "a rename is still read ({n} allocations)");
+    }
+
+    /// A global allocator for this crate's unit tests that counts, per
+    /// thread, the allocations made while [`counting::allocations`] runs.
+    mod counting {
+        use std::alloc::{GlobalAlloc, Layout, System};
+        use std::cell::Cell;
+
+        thread_local! {
+            static COUNT: Cell<Option<u64>> = const { Cell::new(None) };
+        }
+
+        struct Counting;
+
+        fn note() {
+            let _ = COUNT.try_with(|c| c.set(c.get().map(|n| n + 1)));
+        }
+
+        // SAFETY: every call is passed on unchanged to the system
+        // allocator; counting touches only a const thread-local Cell, which
+        // never allocates.
+        unsafe impl GlobalAlloc for Counting {
+            unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+                note();
+                System.alloc(layout)
+            }
+            unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+                note();
+                System.alloc_zeroed(layout)
+            }
+            unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+                note();
+                System.realloc(ptr, layout, new_size)
+            }
+            unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+                System.dealloc(ptr, layout)
+            }
+        }
+
+        #[global_allocator]
+        static ALLOCATOR: Counting = Counting;
+
+        /// Heap allocations (and reallocations) made on this thread by `f`.
+        pub fn allocations(f: impl FnOnce()) -> u64 {
+            COUNT.with(|c| c.set(Some(0)));
+            f();
+            COUNT.with(|c| c.replace(None)).unwrap_or(0)
+        }
+    }
+}

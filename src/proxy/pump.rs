@@ -1,0 +1,469 @@
+//! The proxy's pump threads (`plbbench proxy --threads N`,
+//! [proxy](docs/proxy.md#what-it-does)): where a routed plain-TCP
+//! session's bytes are copied. Each thread runs one epoll (mio) over the
+//! sockets of the sessions handed to it, with one `read` and one `write`
+//! per message and no futures, task polls or scheduler between them:
+//! tokio's per-message machinery made the proxy spend more CPU per
+//! transaction than PgBouncer's event loop ([performance](docs/performance.md#the-proxys-own-cost-cpu-and-system-calls-per-transaction)).
+//!
+//! Tokio keeps everything else (the login, admission, the proxy's own login
+//! to the replica, TLS sessions, and a session's FATAL and cancel at its
+//! end). A session crosses threads twice: when its relay begins (a channel
+//! and the pump's waker) and when it ends (a oneshot back to its task,
+//! with the server bytes read but not yet delivered, so a FATAL still
+//! arrives at a message boundary).
+//!
+//! A short read spends a socket's readiness (epoll is edge-triggered, so
+//! new bytes bring a new event), unless the peer's close came with it,
+//! which is read to its end. A sink that is full holds the rest of the
+//! read, and its source is not read again until the rest is out. A
+//! direction gets at most [`TURN`] full reads per turn; then its session
+//! waits for its next turn, so a large result does not hold up the
+//! thread's other sessions.
+
+use super::relay::{End, Flow, CHUNK};
+use mio::net::TcpStream;
+use mio::{event::Event, Events, Interest, Poll, Registry, Token, Waker};
+use slab::Slab;
+use std::io::{self, ErrorKind, Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// Full reads a direction gets per turn before its session yields.
+pub const TURN: usize = 16;
+
+/// The token of a pump's waker (sessions' tokens are `2i` for the client's
+/// socket and `2i + 1` for the server's).
+const WAKE: Token = Token(usize::MAX);
+
+/// A routed session on its way to a pump.
+struct Handed {
+    client: TcpStream,
+    server: TcpStream,
+    flow: Flow,
+    done: oneshot::Sender<Back>,
+}
+
+impl Handed {
+    /// The session, unrelayed, as ended by `end`, and where it goes back.
+    fn back(self, end: End) -> (Back, oneshot::Sender<Back>) {
+        let back =
+            Back { end, flow: self.flow, client: self.client.into(), server: self.server.into(), held: Vec::new() };
+        (back, self.done)
+    }
+}
+
+/// A session given back to its task at its end.
+pub(super) struct Back {
+    pub end: End,
+    pub flow: Flow,
+    pub client: std::net::TcpStream,
+    /// Kept open until the client's side is closed (a stopping session's
+    /// cancel goes to the replica first).
+    pub server: std::net::TcpStream,
+    /// Server bytes read but not yet delivered to the client.
+    pub held: Vec<u8>,
+}
+
+/// The pump threads, and the turn of the next session.
+pub(super) struct Pumps {
+    pumps: Vec<Pump>,
+    turn: AtomicUsize,
+    stop: Arc<AtomicBool>,
+}
+
+/// One pump thread's way in.
+struct Pump {
+    queue: mpsc::Sender<Handed>,
+    waker: Arc<Waker>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Pumps {
+    /// Starts `threads` pump threads; fails with the cause when an epoll or
+    /// a thread cannot be made.
+    pub fn start(threads: usize) -> io::Result<Pumps> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut pumps = Vec::with_capacity(threads);
+        for i in 0..threads {
+            let poll = Poll::new()?;
+            let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
+            let (queue, rx) = mpsc::channel();
+            let stop = stop.clone();
+            let thread =
+                std::thread::Builder::new().name(format!("plbbench-pump-{i}")).spawn(move || run(poll, &rx, &stop))?;
+            pumps.push(Pump { queue, waker, thread: Mutex::new(Some(thread)) });
+        }
+        Ok(Pumps { pumps, turn: AtomicUsize::new(0), stop })
+    }
+
+    /// Relays a session on the next pump in turn until it ends; `None`
+    /// when its sockets could not leave this task's event loop or the pump
+    /// is gone without answering (the flow is dropped then).
+    pub async fn relay(
+        &self,
+        client: tokio::net::TcpStream,
+        server: tokio::net::TcpStream,
+        flow: Flow,
+    ) -> Option<Back> {
+        let (client, server) = (client.into_std().ok()?, server.into_std().ok()?);
+        let (done, back) = oneshot::channel();
+        let handed = Handed { client: TcpStream::from_std(client), server: TcpStream::from_std(server), flow, done };
+        let pump = &self.pumps[self.turn.fetch_add(1, Ordering::Relaxed) % self.pumps.len()];
+        if let Err(mpsc::SendError(h)) = pump.queue.send(handed) {
+            return Some(h.back(End::Stop).0);
+        }
+        let _ = pump.waker.wake();
+        back.await.ok()
+    }
+
+    /// Ends every session with [`End::Stop`] (each goes back to its task)
+    /// and waits for the threads; later sessions are given back at once.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for p in &self.pumps {
+            let _ = p.waker.wake();
+        }
+        for p in &self.pumps {
+            if let Some(t) = p.thread.lock().expect("pump thread lock").take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+/// One direction of a session: the buffer, the part of it read but not yet
+/// written, and what is known of the source's readiness.
+struct Pipe {
+    buf: Box<[u8]>,
+    from: usize,
+    to: usize,
+    /// The source may have bytes: its readiness is not spent.
+    readable: bool,
+    /// The source's peer closed: read until the end, short reads or not.
+    closing: bool,
+}
+
+/// What one direction's copy came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// Nothing more to do until an event.
+    Idle,
+    /// [`TURN`] full reads done; more may be waiting.
+    Owed,
+    /// The source closed (or failed).
+    SourceClosed,
+    /// The sink failed.
+    SinkGone,
+}
+
+impl Pipe {
+    fn new() -> Pipe {
+        Pipe { buf: vec![0; CHUNK].into_boxed_slice(), from: 0, to: 0, readable: false, closing: false }
+    }
+
+    /// Notes an event on the source's socket.
+    fn ready(&mut self, ev: &Event) {
+        self.readable |= ev.is_readable() || ev.is_read_closed() || ev.is_error();
+        self.closing |= ev.is_read_closed() || ev.is_error();
+    }
+
+    /// Writes what is held, then reads and writes while the source has
+    /// bytes, the sink takes them and the turn lasts; `seen` follows every
+    /// read.
+    fn copy(&mut self, src: &mut impl Read, dst: &mut impl Write, mut seen: impl FnMut(&[u8])) -> Step {
+        let mut reads = 0;
+        loop {
+            while self.from < self.to {
+                match dst.write(&self.buf[self.from..self.to]) {
+                    Ok(0) => return Step::SinkGone,
+                    Ok(n) => self.from += n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => return Step::Idle,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => return Step::SinkGone,
+                }
+            }
+            if !self.readable {
+                return Step::Idle;
+            }
+            if reads == TURN {
+                return Step::Owed;
+            }
+            match src.read(&mut self.buf) {
+                Ok(0) => return Step::SourceClosed,
+                Ok(n) => {
+                    reads += 1;
+                    seen(&self.buf[..n]);
+                    (self.from, self.to) = (0, n);
+                    self.readable = n == self.buf.len() || self.closing;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => self.readable = false,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return Step::SourceClosed,
+            }
+        }
+    }
+
+    /// What was read and not yet written.
+    fn held(&self) -> Vec<u8> {
+        self.buf[self.from..self.to].to_vec()
+    }
+}
+
+/// A session on a pump.
+struct Piped {
+    client: TcpStream,
+    server: TcpStream,
+    flow: Flow,
+    done: oneshot::Sender<Back>,
+    /// Client to server.
+    up: Pipe,
+    /// Server to client.
+    down: Pipe,
+    /// Whether it is in this turn's list already.
+    queued: bool,
+}
+
+/// What driving a session came to.
+enum Drive {
+    Idle,
+    Owed,
+    Over(End),
+}
+
+impl Piped {
+    /// Copies both ways as far as the sockets allow.
+    fn drive(&mut self) -> Drive {
+        let flow = &mut self.flow;
+        let up = self.up.copy(&mut self.client, &mut self.server, |b| flow.client_sent(b));
+        match up {
+            Step::SourceClosed => return Drive::Over(End::Quiet),
+            Step::SinkGone => return Drive::Over(End::Lost),
+            Step::Idle | Step::Owed => {}
+        }
+        let down = self.down.copy(&mut self.server, &mut self.client, |b| flow.server_sent(b));
+        match down {
+            Step::SourceClosed => Drive::Over(self.flow.server_closed()),
+            Step::SinkGone => Drive::Over(End::Quiet),
+            _ if up == Step::Owed || down == Step::Owed => Drive::Owed,
+            _ => Drive::Idle,
+        }
+    }
+}
+
+/// A pump thread's loop: takes sessions from `queue`, copies their bytes,
+/// gives each back at its end; ends when `stop` is set (giving back every
+/// session it holds) or its epoll fails.
+fn run(mut poll: Poll, queue: &mpsc::Receiver<Handed>, stop: &AtomicBool) {
+    let mut events = Events::with_capacity(1024);
+    let mut sessions: Slab<Piped> = Slab::new();
+    let (mut due, mut owed) = (Vec::new(), Vec::new());
+    loop {
+        let wait = if owed.is_empty() { None } else { Some(Duration::ZERO) };
+        match poll.poll(&mut events, wait) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+        std::mem::swap(&mut due, &mut owed);
+        for ev in events.iter() {
+            if ev.token() == WAKE {
+                while let Ok(h) = queue.try_recv() {
+                    admit(poll.registry(), &mut sessions, h);
+                }
+                continue;
+            }
+            let (i, server_side) = (ev.token().0 / 2, ev.token().0 % 2 == 1);
+            let Some(p) = sessions.get_mut(i) else { continue };
+            if server_side {
+                p.down.ready(ev)
+            } else {
+                p.up.ready(ev)
+            }
+            if !p.queued {
+                p.queued = true;
+                due.push(i);
+            }
+        }
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        for i in due.drain(..) {
+            let p = &mut sessions[i];
+            p.queued = false;
+            match p.drive() {
+                Drive::Idle => {}
+                Drive::Owed => {
+                    p.queued = true;
+                    owed.push(i);
+                }
+                Drive::Over(end) => give_back(poll.registry(), sessions.remove(i), end),
+            }
+        }
+    }
+    for p in sessions.drain() {
+        give_back(poll.registry(), p, End::Stop);
+    }
+    while let Ok(h) = queue.try_recv() {
+        let (back, done) = h.back(End::Stop);
+        let _ = done.send(back);
+    }
+}
+
+/// Registers a handed session's sockets (edge-triggered: bytes already
+/// there bring an event at once); a session that cannot be registered is
+/// given back as lost.
+fn admit(registry: &Registry, sessions: &mut Slab<Piped>, h: Handed) {
+    let entry = sessions.vacant_entry();
+    let i = entry.key();
+    let mut p = Piped {
+        client: h.client,
+        server: h.server,
+        flow: h.flow,
+        done: h.done,
+        up: Pipe::new(),
+        down: Pipe::new(),
+        queued: false,
+    };
+    let both = Interest::READABLE | Interest::WRITABLE;
+    let registered = registry
+        .register(&mut p.client, Token(2 * i), both)
+        .and_then(|()| registry.register(&mut p.server, Token(2 * i + 1), both));
+    match registered {
+        Ok(()) => {
+            entry.insert(p);
+        }
+        Err(_) => give_back(registry, p, End::Lost),
+    }
+}
+
+/// Gives a session back to its task.
+fn give_back(registry: &Registry, mut p: Piped, end: End) {
+    let _ = registry.deregister(&mut p.client);
+    let _ = registry.deregister(&mut p.server);
+    let held = p.down.held();
+    let _ = p.done.send(Back { end, flow: p.flow, client: p.client.into(), server: p.server.into(), held });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Cursor;
+
+    /// A sink that takes at most `room` bytes, then would block.
+    struct Sink {
+        got: Vec<u8>,
+        room: usize,
+    }
+
+    impl Write for Sink {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            if self.room == 0 {
+                return Err(ErrorKind::WouldBlock.into());
+            }
+            let n = b.len().min(self.room);
+            self.room -= n;
+            self.got.extend_from_slice(&b[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A source of `len` bytes that then would block (or end, `eof`).
+    struct Source {
+        data: Cursor<Vec<u8>>,
+        eof: bool,
+        reads: usize,
+    }
+
+    impl Read for Source {
+        fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+            self.reads += 1;
+            match self.data.read(b)? {
+                0 if !self.eof => Err(ErrorKind::WouldBlock.into()),
+                n => Ok(n),
+            }
+        }
+    }
+
+    fn source(len: usize, eof: bool) -> Source {
+        Source { data: Cursor::new((0..len).map(|i| (i % 251) as u8).collect()), eof, reads: 0 }
+    }
+
+    #[test]
+    fn a_short_read_spends_the_readiness_unless_the_peer_closed() {
+        let mut pipe = Pipe::new();
+        pipe.readable = true;
+        let (mut src, mut dst) = (source(100, false), Sink { got: Vec::new(), room: usize::MAX });
+        assert_eq!(pipe.copy(&mut src, &mut dst, |_| {}), Step::Idle);
+        assert_eq!((src.reads, dst.got.len(), pipe.readable), (1, 100, false), "one read, one write");
+        let mut pipe = Pipe::new();
+        (pipe.readable, pipe.closing) = (true, true);
+        let mut src = source(100, true);
+        assert_eq!(pipe.copy(&mut src, &mut dst, |_| {}), Step::SourceClosed, "data and a close are both read");
+        assert_eq!(src.reads, 2);
+    }
+
+    #[test]
+    fn a_full_sink_holds_the_rest_and_the_source_waits_for_it() {
+        let total = 3 * CHUNK + 17;
+        let (mut pipe, mut src) = (Pipe::new(), source(total, false));
+        let mut dst = Sink { got: Vec::new(), room: 1000 };
+        let mut seen = 0;
+        let mut rounds = 0;
+        while dst.got.len() < total {
+            pipe.readable = true;
+            let reads_before = src.reads;
+            assert_eq!(pipe.copy(&mut src, &mut dst, |b| seen += b.len()), Step::Idle);
+            assert!(pipe.to - pipe.from <= CHUNK, "at most one read held");
+            if pipe.from < pipe.to {
+                assert!(src.reads - reads_before <= 1, "no read past a full sink");
+            }
+            dst.room = 5000;
+            rounds += 1;
+            assert!(rounds < 100);
+        }
+        assert_eq!(seen, total);
+        assert_eq!(dst.got, source(total, false).data.into_inner(), "whole and in order");
+    }
+
+    #[test]
+    fn a_turn_reads_at_most_turn_buffers_and_is_owed_another() {
+        let (mut pipe, mut src) = (Pipe::new(), source(100 * CHUNK, false));
+        let mut dst = Sink { got: Vec::new(), room: usize::MAX };
+        pipe.readable = true;
+        assert_eq!(pipe.copy(&mut src, &mut dst, |_| {}), Step::Owed);
+        assert_eq!((src.reads, dst.got.len()), (TURN, TURN * CHUNK));
+        assert_eq!(pipe.copy(&mut src, &mut dst, |_| {}), Step::Owed);
+        assert_eq!(src.reads, 2 * TURN);
+    }
+
+    #[test]
+    fn a_failed_sink_or_source_ends_the_direction() {
+        struct Broken;
+        impl Write for Broken {
+            fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+                Err(ErrorKind::BrokenPipe.into())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        impl Read for Broken {
+            fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+                Err(ErrorKind::ConnectionReset.into())
+            }
+        }
+        let mut pipe = Pipe::new();
+        pipe.readable = true;
+        assert_eq!(pipe.copy(&mut source(10, false), &mut Broken, |_| {}), Step::SinkGone);
+        let mut pipe = Pipe::new();
+        pipe.readable = true;
+        assert_eq!(pipe.copy(&mut Broken, &mut Sink { got: Vec::new(), room: 9 }, |_| {}), Step::SourceClosed);
+    }
+}
