@@ -175,7 +175,7 @@ impl Sim<'_, '_> {
             Some(Ahead::Done(r)) => {
                 if let Some((_, c)) = self.servers[r.idx()].next().filter(|&(_, c)| c != BACKGROUND) {
                     prefetch(&self.clients[c as usize]);
-                    self.agenda.prefetch_client(c as usize);
+                    self.agenda.prefetch_client(c);
                 }
             }
             None => {}

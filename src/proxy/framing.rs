@@ -143,8 +143,6 @@ impl Framing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::proxy_feed::REPLICA_PARAM;
-    use crate::proxy::relay::parameter_status;
 
     #[test]
     fn framing_follows_messages_across_any_split_and_finds_the_key() {
@@ -165,7 +163,8 @@ mod tests {
         f.feed(&[b'X', 0, 0, 0, 4]);
         assert!(f.at_boundary() && f.terminated);
         let mut f = Framing::new();
-        f.feed(&parameter_status(REPLICA_PARAM, "r2"));
+        let body = b"plbbench.replica\0r2\0";
+        f.feed(&[b'S'].into_iter().chain((4 + body.len() as u32).to_be_bytes()).chain(*body).collect::<Vec<u8>>());
         assert!(f.at_boundary());
     }
 

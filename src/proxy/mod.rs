@@ -131,7 +131,7 @@ pub(crate) struct Shared {
     /// Wakes [`tick`] when something timed begins.
     timed: Notify,
     /// The threads that copy routed plain-TCP sessions.
-    pumps: pump::Pumps,
+    pumps: pump::Pumps<relay::Flow>,
 }
 
 impl Shared {

@@ -21,7 +21,6 @@
 //! waits for its next turn, so a large result does not hold up the
 //! thread's other sessions.
 
-use super::relay::{End, Flow, CHUNK};
 use mio::net::TcpStream;
 use mio::{event::Event, Events, Interest, Poll, Registry, Token, Waker};
 use slab::Slab;
@@ -32,24 +31,49 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use tokio::sync::oneshot;
 
+/// Size of each direction's buffer.
+pub(super) const CHUNK: usize = 16 * 1024;
+
 /// Full reads a direction gets per turn before its session yields.
 pub const TURN: usize = 16;
+
+/// How a relay ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum End {
+    /// The client left, or the server closed after the client's Terminate.
+    Quiet,
+    /// The replica's connection broke.
+    Lost,
+    /// The proxy is stopping.
+    Stop,
+}
+
+/// What follows a session's bytes as a pump copies them (the proxy's
+/// `relay::Flow`).
+pub(super) trait Follow: Send + 'static {
+    /// The client sent `bytes`.
+    fn client_sent(&mut self, bytes: &[u8]);
+    /// The server sent `bytes`.
+    fn server_sent(&mut self, bytes: &[u8]);
+    /// The server closed its side: how the session ended.
+    fn server_closed(&self) -> End;
+}
 
 /// The token of a pump's waker (sessions' tokens are `2i` for the client's
 /// socket and `2i + 1` for the server's).
 const WAKE: Token = Token(usize::MAX);
 
 /// A routed session on its way to a pump.
-struct Handed {
+struct Handed<F> {
     client: TcpStream,
     server: TcpStream,
-    flow: Flow,
-    done: oneshot::Sender<Back>,
+    flow: F,
+    done: oneshot::Sender<Back<F>>,
 }
 
-impl Handed {
+impl<F> Handed<F> {
     /// The session, unrelayed, as ended by `end`, and where it goes back.
-    fn back(self, end: End) -> (Back, oneshot::Sender<Back>) {
+    fn back(self, end: End) -> (Back<F>, oneshot::Sender<Back<F>>) {
         let back =
             Back { end, flow: self.flow, client: self.client.into(), server: self.server.into(), held: Vec::new() };
         (back, self.done)
@@ -57,9 +81,9 @@ impl Handed {
 }
 
 /// A session given back to its task at its end.
-pub(super) struct Back {
+pub(super) struct Back<F> {
     pub end: End,
-    pub flow: Flow,
+    pub flow: F,
     pub client: std::net::TcpStream,
     /// Kept open until the client's side is closed (a stopping session's
     /// cancel goes to the replica first).
@@ -69,23 +93,23 @@ pub(super) struct Back {
 }
 
 /// The pump threads, and the turn of the next session.
-pub(super) struct Pumps {
-    pumps: Vec<Pump>,
+pub(super) struct Pumps<F> {
+    pumps: Vec<Pump<F>>,
     turn: AtomicUsize,
     stop: Arc<AtomicBool>,
 }
 
 /// One pump thread's way in.
-struct Pump {
-    queue: mpsc::Sender<Handed>,
+struct Pump<F> {
+    queue: mpsc::Sender<Handed<F>>,
     waker: Arc<Waker>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
-impl Pumps {
+impl<F: Follow> Pumps<F> {
     /// Starts `threads` pump threads; fails with the cause when an epoll or
     /// a thread cannot be made.
-    pub fn start(threads: usize) -> io::Result<Pumps> {
+    pub fn start(threads: usize) -> io::Result<Pumps<F>> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut pumps = Vec::with_capacity(threads);
         for i in 0..threads {
@@ -107,8 +131,8 @@ impl Pumps {
         &self,
         client: tokio::net::TcpStream,
         server: tokio::net::TcpStream,
-        flow: Flow,
-    ) -> Option<Back> {
+        flow: F,
+    ) -> Option<Back<F>> {
         let (client, server) = (client.into_std().ok()?, server.into_std().ok()?);
         let (done, back) = oneshot::channel();
         let handed = Handed { client: TcpStream::from_std(client), server: TcpStream::from_std(server), flow, done };
@@ -214,11 +238,11 @@ impl Pipe {
 }
 
 /// A session on a pump.
-struct Piped {
+struct Piped<F> {
     client: TcpStream,
     server: TcpStream,
-    flow: Flow,
-    done: oneshot::Sender<Back>,
+    flow: F,
+    done: oneshot::Sender<Back<F>>,
     /// Client to server.
     up: Pipe,
     /// Server to client.
@@ -234,7 +258,7 @@ enum Drive {
     Over(End),
 }
 
-impl Piped {
+impl<F: Follow> Piped<F> {
     /// Copies both ways as far as the sockets allow.
     fn drive(&mut self) -> Drive {
         let flow = &mut self.flow;
@@ -257,9 +281,9 @@ impl Piped {
 /// A pump thread's loop: takes sessions from `queue`, copies their bytes,
 /// gives each back at its end; ends when `stop` is set (giving back every
 /// session it holds) or its epoll fails.
-fn run(mut poll: Poll, queue: &mpsc::Receiver<Handed>, stop: &AtomicBool) {
+fn run<F: Follow>(mut poll: Poll, queue: &mpsc::Receiver<Handed<F>>, stop: &AtomicBool) {
     let mut events = Events::with_capacity(1024);
-    let mut sessions: Slab<Piped> = Slab::new();
+    let mut sessions: Slab<Piped<F>> = Slab::new();
     let (mut due, mut owed) = (Vec::new(), Vec::new());
     loop {
         let wait = if owed.is_empty() { None } else { Some(Duration::ZERO) };
@@ -316,7 +340,7 @@ fn run(mut poll: Poll, queue: &mpsc::Receiver<Handed>, stop: &AtomicBool) {
 /// Registers a handed session's sockets (edge-triggered: bytes already
 /// there bring an event at once); a session that cannot be registered is
 /// given back as lost.
-fn admit(registry: &Registry, sessions: &mut Slab<Piped>, h: Handed) {
+fn admit<F: Follow>(registry: &Registry, sessions: &mut Slab<Piped<F>>, h: Handed<F>) {
     let entry = sessions.vacant_entry();
     let i = entry.key();
     let mut p = Piped {
@@ -341,7 +365,7 @@ fn admit(registry: &Registry, sessions: &mut Slab<Piped>, h: Handed) {
 }
 
 /// Gives a session back to its task.
-fn give_back(registry: &Registry, mut p: Piped, end: End) {
+fn give_back<F>(registry: &Registry, mut p: Piped<F>, end: End) {
     let _ = registry.deregister(&mut p.client);
     let _ = registry.deregister(&mut p.server);
     let held = p.down.held();

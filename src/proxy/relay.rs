@@ -12,7 +12,7 @@
 //! ErrorResponse at a message boundary and a closed socket, never a hang.
 use super::framing::Framing;
 use super::login::{send_fatal, Fatal};
-use super::pump::Back;
+use super::pump::{Back, End, Follow, CHUNK};
 use super::startup::Startup;
 use super::tls::ClientStream;
 use super::{CancelKey, Shared};
@@ -190,20 +190,6 @@ pub(super) fn parameter_status(name: &str, value: &str) -> Vec<u8> {
     m
 }
 
-/// Size of each copy's buffer.
-pub(super) const CHUNK: usize = 16 * 1024;
-
-/// How a relay ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum End {
-    /// The client left, or the server closed after the client's Terminate.
-    Quiet,
-    /// The replica's connection broke.
-    Lost,
-    /// The proxy is stopping.
-    Stop,
-}
-
 /// What follows a routed session's bytes, on whichever thread relays them:
 /// both streams' framing, the cancel key's registration, the warning for
 /// a class named after routing, and what the server's close means. Dropped
@@ -234,9 +220,11 @@ impl Flow {
         flow.client_sent(&start.to_server);
         flow
     }
+}
 
+impl Follow for Flow {
     /// Follows bytes the client sent.
-    pub fn client_sent(&mut self, bytes: &[u8]) {
+    fn client_sent(&mut self, bytes: &[u8]) {
         self.upstream.feed(bytes);
         if let Some(v) = self.upstream.named.take() {
             self.told = self.told || self.shared.named_after_routing(self.s.id, self.s.r, self.s.class, &v);
@@ -245,7 +233,7 @@ impl Flow {
 
     /// Follows bytes the server sent; registers the session's cancel key
     /// once it has gone by.
-    pub fn server_sent(&mut self, bytes: &[u8]) {
+    fn server_sent(&mut self, bytes: &[u8]) {
         self.framing.feed(bytes);
         if let (None, Some(k)) = (self.registered, self.framing.key) {
             self.shared.keys.lock().expect("keys lock").insert(k, (self.s.r, k));
@@ -256,7 +244,7 @@ impl Flow {
     /// The server closed its side: the session's normal end after the
     /// client's Terminate, else the replica's connection was lost (told to
     /// the controller).
-    pub fn server_closed(&self) -> End {
+    fn server_closed(&self) -> End {
         if self.upstream.terminated {
             return End::Quiet;
         }

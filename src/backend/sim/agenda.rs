@@ -123,8 +123,8 @@ impl Agenda {
 
     /// Starts loading client `c`'s timer slot (its job's end replaces its
     /// deadline with its next wake-up).
-    pub fn prefetch_client(&self, c: usize) {
-        self.timers.prefetch_slot(c);
+    pub fn prefetch_client(&self, c: u32) {
+        self.timers.prefetch_slot(self.slot(Ev::Wake(c)).expect("a client's timer has a slot"));
     }
 
     /// Starts loading replica `r`'s completion and quota timer slots.

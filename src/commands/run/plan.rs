@@ -386,7 +386,11 @@ impl Plan {
             // need not even exist).
             check_stream(args.stream.as_deref())?;
         }
-        let inputs = inputs(&args, &faults_name);
+        // Only a generator container is given the run's files.
+        let inputs = match args.generators_on {
+            GeneratorsOn::Docker => inputs(&args, &faults_name),
+            GeneratorsOn::Host => Vec::new(),
+        };
         let cluster = cluster_spec(&args)?;
         Ok(Plan {
             strategy: args.strategy,
