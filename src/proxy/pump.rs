@@ -35,7 +35,7 @@ use tokio::sync::oneshot;
 pub(super) const CHUNK: usize = 16 * 1024;
 
 /// Full reads a direction gets per turn before its session yields.
-pub const TURN: usize = 16;
+pub(super) const TURN: usize = 16;
 
 /// How a relay ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -237,12 +237,9 @@ impl Pipe {
     }
 }
 
-/// A session on a pump.
+/// A session on a pump: as it was handed, and its two directions.
 struct Piped<F> {
-    client: TcpStream,
-    server: TcpStream,
-    flow: F,
-    done: oneshot::Sender<Back<F>>,
+    h: Handed<F>,
     /// Client to server.
     up: Pipe,
     /// Server to client.
@@ -261,16 +258,16 @@ enum Drive {
 impl<F: Follow> Piped<F> {
     /// Copies both ways as far as the sockets allow.
     fn drive(&mut self) -> Drive {
-        let flow = &mut self.flow;
-        let up = self.up.copy(&mut self.client, &mut self.server, |b| flow.client_sent(b));
+        let Handed { client, server, flow, .. } = &mut self.h;
+        let up = self.up.copy(client, server, |b| flow.client_sent(b));
         match up {
             Step::SourceClosed => return Drive::Over(End::Quiet),
             Step::SinkGone => return Drive::Over(End::Lost),
             Step::Idle | Step::Owed => {}
         }
-        let down = self.down.copy(&mut self.server, &mut self.client, |b| flow.server_sent(b));
+        let down = self.down.copy(server, client, |b| flow.server_sent(b));
         match down {
-            Step::SourceClosed => Drive::Over(self.flow.server_closed()),
+            Step::SourceClosed => Drive::Over(flow.server_closed()),
             Step::SinkGone => Drive::Over(End::Quiet),
             _ if up == Step::Owed || down == Step::Owed => Drive::Owed,
             _ => Drive::Idle,
@@ -285,6 +282,8 @@ fn run<F: Follow>(mut poll: Poll, queue: &mpsc::Receiver<Handed<F>>, stop: &Atom
     let mut events = Events::with_capacity(1024);
     let mut sessions: Slab<Piped<F>> = Slab::new();
     let (mut due, mut owed) = (Vec::new(), Vec::new());
+    // Set only with a wake-up ([`Pumps::stop`] wakes every pump).
+    let mut stopping = false;
     loop {
         let wait = if owed.is_empty() { None } else { Some(Duration::ZERO) };
         match poll.poll(&mut events, wait) {
@@ -295,6 +294,7 @@ fn run<F: Follow>(mut poll: Poll, queue: &mpsc::Receiver<Handed<F>>, stop: &Atom
         std::mem::swap(&mut due, &mut owed);
         for ev in events.iter() {
             if ev.token() == WAKE {
+                stopping = stop.load(Ordering::SeqCst);
                 while let Ok(h) = queue.try_recv() {
                     admit(poll.registry(), &mut sessions, h);
                 }
@@ -312,7 +312,7 @@ fn run<F: Follow>(mut poll: Poll, queue: &mpsc::Receiver<Handed<F>>, stop: &Atom
                 due.push(i);
             }
         }
-        if stop.load(Ordering::SeqCst) {
+        if stopping {
             break;
         }
         for i in due.drain(..) {
@@ -343,19 +343,11 @@ fn run<F: Follow>(mut poll: Poll, queue: &mpsc::Receiver<Handed<F>>, stop: &Atom
 fn admit<F: Follow>(registry: &Registry, sessions: &mut Slab<Piped<F>>, h: Handed<F>) {
     let entry = sessions.vacant_entry();
     let i = entry.key();
-    let mut p = Piped {
-        client: h.client,
-        server: h.server,
-        flow: h.flow,
-        done: h.done,
-        up: Pipe::new(),
-        down: Pipe::new(),
-        queued: false,
-    };
+    let mut p = Piped { h, up: Pipe::new(), down: Pipe::new(), queued: false };
     let both = Interest::READABLE | Interest::WRITABLE;
     let registered = registry
-        .register(&mut p.client, Token(2 * i), both)
-        .and_then(|()| registry.register(&mut p.server, Token(2 * i + 1), both));
+        .register(&mut p.h.client, Token(2 * i), both)
+        .and_then(|()| registry.register(&mut p.h.server, Token(2 * i + 1), both));
     match registered {
         Ok(()) => {
             entry.insert(p);
@@ -364,12 +356,13 @@ fn admit<F: Follow>(registry: &Registry, sessions: &mut Slab<Piped<F>>, h: Hande
     }
 }
 
-/// Gives a session back to its task.
+/// Gives a session back to its task, with the server bytes it holds.
 fn give_back<F>(registry: &Registry, mut p: Piped<F>, end: End) {
-    let _ = registry.deregister(&mut p.client);
-    let _ = registry.deregister(&mut p.server);
-    let held = p.down.held();
-    let _ = p.done.send(Back { end, flow: p.flow, client: p.client.into(), server: p.server.into(), held });
+    let _ = registry.deregister(&mut p.h.client);
+    let _ = registry.deregister(&mut p.h.server);
+    let (mut back, done) = p.h.back(end);
+    back.held = p.down.held();
+    let _ = done.send(back);
 }
 
 #[cfg(test)]
