@@ -116,7 +116,7 @@ fn routing_check_catches_misrouted_sessions() {
         |t: &str, kind: &str, detail: &str| row(&[("t_s", t), ("kind", kind), ("replica", "r1"), ("detail", detail)]);
     let events = vec![
         ev("12.0", "fault", "Down"),
-        ev("12.3", "detect", "down (connection error)"),
+        ev("12.3", "detect", "down (probe after connection error)"),
         ev("21.0", "fault", "Rejoin"),
         ev("22.5", "detect", "up (probe)"),
     ];

@@ -30,9 +30,8 @@ use crate::backend::live_metrics::{self, LiveMetrics};
 use crate::backend::proxy_feed::{self, unix_now, Feed};
 use crate::backend::waiting::{Asked, Control};
 use crate::cluster::{Cluster, Fault};
-use crate::core::control::{ControlEvent, Controller};
+use crate::core::control::{Confirm, ControlEvent, Controller};
 use crate::core::faults::Open;
-use crate::core::health::Evidence;
 use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
 use crate::core::model::{AbortReason, Class, ConnectError, EventKind, FaultEvent, QueryError, ReplicaId, Role};
 use crate::core::saturation::{GeneratorLoad, GeneratorReport};
@@ -213,6 +212,8 @@ struct Ctx {
     live: Option<Arc<Mutex<LiveMetrics>>>,
     /// `--via-proxy`.
     proxy: Option<Proxied>,
+    /// The confirming probes the controller asked for, to [`confirmer`].
+    confirms: mpsc::UnboundedSender<Confirm>,
 }
 
 impl Ctx {
@@ -238,6 +239,14 @@ impl Ctx {
             self.send(Msg::Control(e));
         }
         out
+    }
+
+    /// Hands the confirming probe the controller asked for, if any, to
+    /// [`confirmer`].
+    fn confirm(&self, asked: Option<Confirm>) {
+        if let Some(c) = asked {
+            let _ = self.confirms.send(c);
+        }
     }
 
     /// Whether a query that ended at `end_s` is recorded. The rule compares
@@ -324,6 +333,7 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
         (0..k).map(|r| with_tcp_deadline(c.config(r), tcp)).collect()
     };
     let (tx, rx) = mpsc::unbounded_channel();
+    let (confirms, asked) = mpsc::unbounded_channel();
     let (stop_tx, stop_rx) = watch::channel(false);
     let (abort_tx, abort_rx) = watch::channel(false);
     let (proxy, feed) = match input.proxy {
@@ -349,7 +359,9 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
         burn: test_burn(),
         live: input.metrics.is_some().then(|| Arc::new(Mutex::new(LiveMetrics::new()))),
         proxy,
+        confirms,
     });
+    let confirming = tokio::spawn(confirmer(ctx.clone(), asked));
     let follower = feed.map(|(rx, at)| tokio::spawn(follow(ctx.clone(), rx, at - started_unix_s)));
     refresh_live(&ctx);
     let server = input.metrics.zip(ctx.live.clone()).map(|(l, m)| tokio::spawn(live_metrics::serve(l, m)));
@@ -420,6 +432,7 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
     if let Some(a) = admitter {
         let _ = a.await;
     }
+    confirming.abort();
     if let Some(s) = server {
         s.abort();
     }
@@ -684,7 +697,9 @@ async fn open(ctx: &Ctx, id: u32, class: Class) -> Opened {
         Some(Err(e)) => ConnectError::of_sqlstate(e.code().map(|c| c.code())),
         None => ConnectError::Timeout,
     };
-    Opened::On(r, Err(Some(ctx.control(|ctl, now| ctl.c.connect_failed(r, err, now)))))
+    let (why, confirm) = ctx.control(|ctl, now| ctl.c.connect_failed(r, err, now));
+    ctx.confirm(confirm);
+    Opened::On(r, Err(Some(why)))
 }
 
 /// `--via-proxy`: a connection through the proxy, which routes it and
@@ -825,6 +840,9 @@ async fn session(
             // Ended after the cutoff: dropped like a query still running.
             return SessionEnd::Stopped;
         }
+        // What the server said, if it answered with an error: a session it
+        // ended with its own FATAL is no evidence against the replica.
+        let said = matches!(&result, Ok(Err(e)) if e.as_db_error().is_some());
         let error = match result {
             Ok(Ok(_)) => None,
             Ok(Err(e)) if connection_lost(&e) => Some(QueryError::ConnectionLost),
@@ -842,8 +860,10 @@ async fn session(
             error,
         }));
         if ctx.routes() {
-            let answer = error.map_or(Ok((end - sent) * 1000.0), Err);
-            ctx.control(|ctl, now| ctl.c.query_answered(r, answer, sent, now));
+            let seen = if said { Some(QueryError::Failed) } else { error };
+            let answer = seen.map_or(Ok((end - sent) * 1000.0), Err);
+            let confirm = ctx.control(|ctl, now| ctl.c.query_answered(r, answer, sent, now));
+            ctx.confirm(confirm);
         }
         if let Some(e) = error {
             return SessionEnd::Aborted(AbortReason::Query(e), left);
@@ -853,9 +873,11 @@ async fn session(
     SessionEnd::Completed
 }
 
-/// Whether a query's error means its connection is gone: closed, no
-/// answer code, or SQLSTATE class 08 (connection exception: the 08006 a
-/// `plbbench proxy` sends when the session's replica is lost).
+/// Whether a query's error means its connection is gone, as the run's
+/// books count it: closed, no answer code, or SQLSTATE class 08
+/// (connection exception: the 08006 a `plbbench proxy` sends when the
+/// session's replica is lost). The controller is told a connection was lost
+/// only when no server said so (see [`session`]).
 fn connection_lost(e: &tokio_postgres::Error) -> bool {
     e.is_closed() || e.code().is_none_or(|c| c.code().starts_with("08"))
 }
@@ -920,9 +942,19 @@ async fn inject(ctx: Arc<Ctx>, cluster: Arc<Mutex<Cluster>>, faults: Vec<FaultEv
     }
 }
 
-/// Deadline of one health probe: longer than the interval, because a busy,
-/// CPU-throttled replica may take a while to accept a connection.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Runs each confirming probe the controller asks for on a task of its own
+/// (`backend::probe::confirm`, a new connection within
+/// `core::control::CONFIRM_TIMEOUT_S`) and tells the controller what it saw.
+async fn confirmer(ctx: Arc<Ctx>, mut asked: mpsc::UnboundedReceiver<Confirm>) {
+    while let Some(Confirm(r)) = asked.recv().await {
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            let began = ctx.now();
+            let seen = super::probe::confirm(&ctx.configs[r.idx()]).await;
+            ctx.control(|ctl, now| ctl.c.confirmed(r, seen, began, now));
+        });
+    }
+}
 
 /// Health probes, one task per replica, each over a persistent connection
 /// (as a pooler checks its server connections), so a busy replica is asked
@@ -944,39 +976,13 @@ async fn probe_replica(ctx: Arc<Ctx>, r: ReplicaId, interval: Duration) {
             return;
         }
         let began = ctx.now();
-        let seen = probe_once(&ctx.configs[r.idx()], &mut client, interval).await;
+        let seen = super::probe::periodic(&ctx.configs[r.idx()], &mut client, interval).await;
         ctx.control(|ctl, now| {
             ctl.c.probed(r, seen, began, now);
             ctl.c.tick(now);
         });
         next = (next + interval).max(Instant::now());
     }
-}
-
-/// One health probe of the server `cfg` names over `client` (dropped on a
-/// failure, so the next probe reconnects): an answer with its time, a
-/// refusal, or a timeout after [`PROBE_TIMEOUT`] (or `interval` if longer).
-/// `plbbench proxy` probes with it too.
-pub async fn probe_once(cfg: &Config, client: &mut Option<tokio_postgres::Client>, interval: Duration) -> Evidence {
-    let began = std::time::Instant::now();
-    match timeout(PROBE_TIMEOUT.max(interval), check(cfg, client)).await {
-        Ok(Ok(())) => Evidence::ProbeOk { ms: began.elapsed().as_secs_f64() * 1000.0 },
-        Ok(Err(_)) => {
-            *client = None;
-            Evidence::Refused
-        }
-        Err(_) => Evidence::ProbeTimeout,
-    }
-}
-
-/// `SELECT 1` on the probe connection, (re)connecting when there is none.
-async fn check(cfg: &Config, client: &mut Option<tokio_postgres::Client>) -> Result<(), tokio_postgres::Error> {
-    if client.as_ref().is_none_or(|c| c.is_closed()) {
-        let (c, conn) = cfg.connect(NoTls).await?;
-        tokio::spawn(conn);
-        *client = Some(c);
-    }
-    client.as_ref().expect("connected above").simple_query("SELECT 1").await.map(|_| ())
 }
 
 /// The view of every replica now: CPU (skipped while a fault action holds

@@ -53,6 +53,17 @@ struct ReplicaLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SqlstateLabel {
+    sqlstate: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConfirmLabel {
+    replica: String,
+    seen: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReplicaClassLabel {
     replica: String,
     class: String,
@@ -100,6 +111,9 @@ pub struct LiveMetrics {
     sessions: Family<SessionLabel, Counter>,
     connect: Family<ClassLabel, Histogram, fn() -> Histogram>,
     renamed: Family<ClassLabel, Counter>,
+    server_ended: Family<SqlstateLabel, Counter>,
+    confirms: Family<ConfirmLabel, Counter>,
+    violation_refusals: Counter,
     seen: (u64, [u64; 2]),
 }
 
@@ -125,6 +139,9 @@ impl LiveMetrics {
             sessions: Family::default(),
             connect: Family::new_with_constructor(latency_histogram),
             renamed: Family::default(),
+            server_ended: Family::default(),
+            confirms: Family::default(),
+            violation_refusals: Counter::default(),
             seen: (0, [0; 2]),
             registry: Registry::default(),
         };
@@ -167,6 +184,21 @@ impl LiveMetrics {
             "plbbench proxy: sessions that named another class (SET application_name) after they were routed, per class routed as; they stay where they are",
             m.renamed.clone(),
         );
+        registry.register(
+            "plbbench_proxy_server_ended",
+            "plbbench proxy: sessions the server ended with its own ErrorResponse, per SQLSTATE (passed on to the client; no evidence against the replica)",
+            m.server_ended.clone(),
+        );
+        registry.register(
+            "plbbench_proxy_confirm_probes",
+            "plbbench proxy: probes confirming a client's lost connection or refused connect, per replica and what they saw (ok, refused, timeout); only a failed one is evidence",
+            m.confirms.clone(),
+        );
+        registry.register(
+            "plbbench_proxy_violation_refusals",
+            "plbbench proxy: logins refused (53400) because the client's sessions ended in protocol violations (08P01) faster than its allowance",
+            m.violation_refusals.clone(),
+        );
         for class in Class::ALL {
             let label = ClassLabel { class: class.long().into() };
             let _ = m.rejections.get_or_create(&label);
@@ -204,6 +236,21 @@ impl LiveMetrics {
     /// afterwards (counted once per session).
     pub fn proxy_class_after_routing(&mut self, class: Class) {
         self.renamed.get_or_create(&ClassLabel { class: class.long().into() }).inc();
+    }
+
+    /// `plbbench proxy`: the server ended a session with its own error.
+    pub fn proxy_server_ended(&mut self, sqlstate: &str) {
+        self.server_ended.get_or_create(&SqlstateLabel { sqlstate: sqlstate.into() }).inc();
+    }
+
+    /// `plbbench proxy`: a confirming probe of `replica` saw `seen`.
+    pub fn proxy_confirm(&mut self, replica: ReplicaId, seen: &str) {
+        self.confirms.get_or_create(&ConfirmLabel { replica: replica.to_string(), seen: seen.into() }).inc();
+    }
+
+    /// `plbbench proxy`: a login refused for protocol violations.
+    pub fn proxy_violation_refusal(&mut self) {
+        self.violation_refusals.inc();
     }
 
     /// Copies the router's and the gate's state into the metrics.

@@ -9,6 +9,7 @@ pub(crate) mod clock;
 pub(crate) mod driver;
 pub(crate) mod generator_feed;
 pub(crate) mod live_metrics;
+pub(crate) mod probe;
 pub(crate) mod proxy_feed;
 pub(crate) mod remote;
 pub(crate) mod signals;

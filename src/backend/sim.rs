@@ -13,7 +13,7 @@
 //! equal times run in insertion order and every random draw comes from a
 //! client's own generator.
 
-use crate::core::control::{Admission, Admitted, Controller};
+use crate::core::control::{Admission, Admitted, Confirm, Controller};
 use crate::core::health::Evidence;
 use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
 use crate::core::model::{AbortReason, Action, ConnectError, FaultEvent, QueryError, ReplicaId};
@@ -545,7 +545,8 @@ impl Sim<'_, '_> {
             }
         }
         if self.clients[i].connecting() {
-            let why = self.input.control.connect_failed(replica, ConnectError::Timeout, self.now);
+            let (why, confirm) = self.input.control.connect_failed(replica, ConnectError::Timeout, self.now);
+            self.confirm(confirm);
             self.abort(i, replica, why);
         } else {
             self.finish_query(i, replica, Some(QueryError::Timeout));
@@ -570,7 +571,8 @@ impl Sim<'_, '_> {
         });
         // The simulator's checks are instantaneous: no success is stale.
         let answer = error.map_or(Ok((now - c.sent) * 1000.0), Err);
-        self.input.control.query_answered(r, answer, now, now);
+        let confirm = self.input.control.query_answered(r, answer, now, now);
+        self.confirm(confirm);
         if let Some(e) = error {
             return self.abort(i, r, AbortReason::Query(e));
         }
@@ -621,12 +623,34 @@ impl Sim<'_, '_> {
     }
 
     fn connect_failed(&mut self, i: usize, r: ReplicaId, err: ConnectError) {
-        let why = self.input.control.connect_failed(r, err, self.now);
+        let (why, confirm) = self.input.control.connect_failed(r, err, self.now);
+        self.confirm(confirm);
         self.abort(i, r, why);
     }
 
+    /// The probe a client's lost or refused connection asks for, answered
+    /// at once as a periodic probe would be (the simulator's checks are
+    /// instantaneous).
+    fn confirm(&mut self, confirm: Option<Confirm>) {
+        if let Some(Confirm(r)) = confirm {
+            let seen = self.seen(r);
+            self.input.control.confirmed(r, seen, self.now, self.now);
+        }
+    }
+
+    /// What a probe of `r` sees now: a dead server refuses, a paused or
+    /// partitioned one times out.
+    fn seen(&self, r: ReplicaId) -> Evidence {
+        let s = &self.servers[r.idx()];
+        match (s.up, s.stalled()) {
+            (false, _) => Evidence::Refused,
+            (true, true) => Evidence::ProbeTimeout,
+            (true, false) => Evidence::ProbeOk { ms: 0.0 },
+        }
+    }
+
     /// A query on a connection whose server died fails at once (the
-    /// controller takes the lost connection as a refusal).
+    /// controller confirms the lost connection with a probe).
     fn fail_query(&mut self, i: usize, r: ReplicaId) {
         self.finish_query(i, r, Some(QueryError::ConnectionLost));
     }
@@ -690,14 +714,9 @@ impl Sim<'_, '_> {
     /// (removed only after consecutive timeouts, as in real runs); then
     /// time passes for the watch (probation windows end).
     fn probe(&mut self) {
-        for r in 0..self.servers.len() {
-            let s = &self.servers[r];
-            let seen = match (s.up, s.stalled()) {
-                (false, _) => Evidence::Refused,
-                (true, true) => Evidence::ProbeTimeout,
-                (true, false) => Evidence::ProbeOk { ms: 0.0 },
-            };
-            self.input.control.probed(ReplicaId(r), seen, self.now, self.now);
+        for r in ReplicaId::all(self.servers.len()) {
+            let seen = self.seen(r);
+            self.input.control.probed(r, seen, self.now, self.now);
         }
         self.input.control.tick(self.now);
         self.at(self.now + self.input.probe_interval_s, Ev::Probe);

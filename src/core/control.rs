@@ -15,9 +15,17 @@
 //! - a success from a check that began before the last observed failure of
 //!   its replica is stale and ignored (a probe that connected just before a
 //!   Down must not undo its detection);
-//! - a query whose connection was lost is a refusal, not a slow answer;
-//!   under suspicion every other answer is latency evidence (a failed or
-//!   timed-out query counts as the slowest answer);
+//! - a client's session is no witness a replica can be removed on
+//!   (docs/resilience.md, "What counts as failure evidence"): a session the
+//!   server ended with its own ErrorResponse (a protocol violation, a
+//!   cancel, `pg_terminate_backend`) or a query the server answered with an
+//!   error says nothing about the replica; a connection lost with no word
+//!   from the server, or a refused connect, makes the replica *suspect*,
+//!   and the backend confirms at once with a probe of its own
+//!   ([`Confirm`]): only that probe's failure is evidence, so no client can
+//!   forge a replica's death;
+//! - under suspicion a query's latency is evidence (a timed-out query
+//!   counts as the slowest answer);
 //! - the gate's load is the mean CPU of the replicas the router thinks
 //!   healthy since the last reading, and a sample whose CPU was skipped
 //!   does not replace that reading;
@@ -59,8 +67,25 @@ pub struct Admitted {
     pub replica: ReplicaId,
 }
 
+/// How long a confirming probe may take before it counts as a timeout
+/// (1 s): a new connection and `SELECT 1`, on a replica that a client just
+/// saw drop its connection or refuse one. A dead server refuses at once, so
+/// the confirmation adds the time of one refused connect (about a
+/// millisecond on loopback) to a crash's detection; a live server answers
+/// within it unless it is hung, and a hung one is then one timeout nearer
+/// removal, as a periodic probe's timeout would make it.
+pub const CONFIRM_TIMEOUT_S: f64 = 1.0;
+
+/// A replica a client saw fail, to be confirmed by a probe of the
+/// backend's own now: a new connection and `SELECT 1` within
+/// [`CONFIRM_TIMEOUT_S`], whose answer goes to [`Controller::confirmed`].
+/// At most one is asked per replica at a time.
+#[must_use = "a suspect replica is removed only by a confirming probe"]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Confirm(pub ReplicaId);
+
 /// Where a piece of evidence came from; its name appears in events.csv
-/// (`down (probe)`, `down (connection error)`, ...).
+/// (`down (probe)`, `down (probe after connection error)`, ...).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
     /// A health probe.
@@ -75,6 +100,10 @@ pub enum Source {
     ConnectTimeout,
     /// A live server turned a client away: too many clients.
     ServerFull,
+    /// A probe confirming a client's lost connection.
+    ConfirmLost,
+    /// A probe confirming a client's refused connect.
+    ConfirmRefused,
 }
 
 impl Source {
@@ -87,6 +116,8 @@ impl Source {
             Source::ConnectionRefused => "connection refused",
             Source::ConnectTimeout => "connect timeout",
             Source::ServerFull => "too many clients",
+            Source::ConfirmLost => "probe after connection error",
+            Source::ConfirmRefused => "probe after connection refused",
         }
     }
 }
@@ -147,6 +178,9 @@ pub struct Controller {
     cpus: f64,
     /// Per replica, when a failure was last observed.
     failed_s: Vec<f64>,
+    /// Per replica, the confirming probe asked and not yet answered: what
+    /// the client saw.
+    confirming: Vec<Option<Source>>,
     /// The last CPU reading and its time (at first: nothing, at 0).
     last_cpu: (f64, Vec<Option<f64>>),
     events: Vec<ControlEvent>,
@@ -166,6 +200,7 @@ impl Controller {
             gate,
             cpus,
             failed_s: vec![f64::NEG_INFINITY; k],
+            confirming: vec![None; k],
             last_cpu: (0.0, vec![None; k]),
             events: Vec::new(),
         }
@@ -291,7 +326,7 @@ impl Controller {
     /// `began_s`, seen at `now_s`. A success is ignored when a failure of
     /// `r` was observed after the check began (pass `began_s = now_s` for
     /// an instantaneous check).
-    pub fn evidence(&mut self, r: ReplicaId, ev: Evidence, source: Source, began_s: f64, now_s: f64) {
+    fn evidence(&mut self, r: ReplicaId, ev: Evidence, source: Source, began_s: f64, now_s: f64) {
         let failure = matches!(ev, Evidence::Refused | Evidence::ProbeTimeout | Evidence::ConnError);
         if failure {
             self.failed_s[r.idx()] = now_s;
@@ -308,29 +343,75 @@ impl Controller {
         self.evidence(r, seen, Source::Probe, began_s, now_s);
     }
 
-    /// A client could not connect to `r`: a refusal is proof it is gone; a
-    /// timeout, or a live server at its connection limit, is overload (a
-    /// connection error, never isolation on its own). Returns why the
-    /// session aborts.
-    pub fn connect_failed(&mut self, r: ReplicaId, err: ConnectError, now_s: f64) -> AbortReason {
-        let (ev, source) = match err {
-            ConnectError::Refused => (Evidence::Refused, Source::ConnectionRefused),
-            ConnectError::Timeout => (Evidence::ConnError, Source::ConnectTimeout),
-            ConnectError::Full => (Evidence::ConnError, Source::ServerFull),
+    /// A client could not connect to `r`. A refusal makes `r` suspect (the
+    /// returned [`Confirm`] asks for a probe); a timeout, or a live server
+    /// at its connection limit, is overload (a connection error, never
+    /// isolation on its own). Returns why the session aborts.
+    pub fn connect_failed(&mut self, r: ReplicaId, err: ConnectError, now_s: f64) -> (AbortReason, Option<Confirm>) {
+        let confirm = match err {
+            ConnectError::Refused => self.suspect(r, Source::ConfirmRefused, now_s),
+            ConnectError::Timeout => {
+                self.evidence(r, Evidence::ConnError, Source::ConnectTimeout, now_s, now_s);
+                None
+            }
+            ConnectError::Full => {
+                self.evidence(r, Evidence::ConnError, Source::ServerFull, now_s, now_s);
+                None
+            }
         };
-        self.evidence(r, ev, source, now_s, now_s);
-        AbortReason::Connect(err)
+        (AbortReason::Connect(err), confirm)
     }
 
     /// A query on `r` sent at `began_s` returned at `now_s`: `Ok(took_ms)`
-    /// or its error. A lost connection is a refusal; under suspicion any
-    /// other answer is latency evidence.
-    pub fn query_answered(&mut self, r: ReplicaId, answer: Result<f64, QueryError>, began_s: f64, now_s: f64) {
-        if answer == Err(QueryError::ConnectionLost) {
-            self.evidence(r, Evidence::Refused, Source::ConnectionError, began_s, now_s);
-        } else if let Some(a) = self.answers {
-            self.evidence(r, a.evidence(answer.ok()), Source::Query, began_s, now_s);
+    /// or its error. A connection lost with no word from the server makes
+    /// `r` suspect (the returned [`Confirm`] asks for a probe); an error the
+    /// server answered (`Failed`: a session it ended with its own FATAL, a
+    /// cancel) says nothing about `r`; under suspicion an answer or a
+    /// timeout is latency evidence.
+    pub fn query_answered(
+        &mut self,
+        r: ReplicaId,
+        answer: Result<f64, QueryError>,
+        began_s: f64,
+        now_s: f64,
+    ) -> Option<Confirm> {
+        match answer {
+            Err(QueryError::ConnectionLost) => return self.suspect(r, Source::ConfirmLost, now_s),
+            Err(QueryError::Failed) => {}
+            Ok(_) | Err(QueryError::Timeout) => {
+                if let Some(a) = self.answers {
+                    self.evidence(r, a.evidence(answer.ok()), Source::Query, began_s, now_s);
+                }
+            }
         }
+        None
+    }
+
+    /// A client saw `r` fail (`why`: how, as the confirmation will be
+    /// named). A success of a check begun before now is stale from here
+    /// on; a probe is asked unless one is under way or no detector reads
+    /// evidence (the oracle).
+    fn suspect(&mut self, r: ReplicaId, why: Source, now_s: f64) -> Option<Confirm> {
+        self.failed_s[r.idx()] = self.failed_s[r.idx()].max(now_s);
+        if self.watch.is_oracle() || self.confirming[r.idx()].is_some() {
+            return None;
+        }
+        self.confirming[r.idx()] = Some(why);
+        Some(Confirm(r))
+    }
+
+    /// The confirming probe of `r` that [`Confirm`] asked for, begun at
+    /// `began_s`, saw `seen`: a refusal or a timeout is evidence as a
+    /// periodic probe's would be, named for what the client saw; an answer
+    /// clears the suspicion and changes nothing.
+    pub fn confirmed(&mut self, r: ReplicaId, seen: Evidence, began_s: f64, now_s: f64) {
+        let Some(why) = self.confirming[r.idx()].take() else { return };
+        self.evidence(r, seen, why, began_s, now_s);
+    }
+
+    /// Whether a confirming probe of `r` is under way.
+    pub fn confirming(&self, r: ReplicaId) -> bool {
+        self.confirming[r.idx()].is_some()
     }
 
     /// The oracle tells the router that `r` is up or down (ignored by the
@@ -455,44 +536,96 @@ mod tests {
         }
     }
 
+    fn suspicion() -> Controller {
+        let router = Router::new(RouterConfig::for_tests(Strategy::Rr, [1, 0, 1]));
+        let watch = Watch::suspicion(2, Recovery::None, HealthConfig::default());
+        Controller::new(router, watch, None, CPUS, 1000.0)
+    }
+
     #[test]
-    fn a_lost_connection_is_a_refusal_and_other_answers_are_latency() {
-        let suspicion = || {
-            let router = Router::new(RouterConfig::for_tests(Strategy::Rr, [1, 0, 1]));
-            let watch = Watch::suspicion(2, Recovery::None, HealthConfig::default());
-            Controller::new(router, watch, None, CPUS, 1000.0)
-        };
+    fn a_lost_connection_asks_for_a_probe_and_only_its_failure_removes_the_replica() {
+        // (detector, what the confirming probe saw, healthy after, first event)
+        type Case = (fn() -> Controller, Evidence, bool, Option<&'static str>);
+        let cases: [Case; 5] = [
+            (probed, Evidence::Refused, false, Some("down (probe after connection error)")),
+            (probed, Evidence::ProbeOk { ms: 1.0 }, true, None),
+            (probed, Evidence::ProbeTimeout, true, None),
+            (suspicion, Evidence::Refused, false, Some("HEALTHY->ISOLATED (connection refused)")),
+            (suspicion, Evidence::ProbeOk { ms: 1.0 }, true, None),
+        ];
+        for (i, (make, seen, healthy, first)) in cases.into_iter().enumerate() {
+            let mut c = make();
+            let asked = c.query_answered(ReplicaId(1), Err(QueryError::ConnectionLost), 1.0, 2.0);
+            assert_eq!(asked, Some(Confirm(ReplicaId(1))), "case {i}");
+            assert!(
+                c.is_healthy(ReplicaId(1)) && logs(&mut c).is_empty(),
+                "case {i}: a suspicion alone changes nothing"
+            );
+            let again = c.query_answered(ReplicaId(1), Err(QueryError::ConnectionLost), 1.0, 2.0);
+            assert_eq!(again, None, "case {i}: one probe at a time per replica");
+            c.confirmed(ReplicaId(1), seen, 2.0, 2.001);
+            assert_eq!(c.is_healthy(ReplicaId(1)), healthy, "case {i}");
+            assert_eq!(logs(&mut c).first().map(|l| l.2.as_str()), first, "case {i}");
+            assert!(!c.confirming(ReplicaId(1)));
+        }
+    }
+
+    #[test]
+    fn a_server_error_is_no_evidence_and_other_answers_are_latency_under_suspicion() {
         // (detector, answer, healthy after one answer, first event)
         type Case = (fn() -> Controller, Result<f64, QueryError>, bool, Option<&'static str>);
         let cases: [Case; 6] = [
-            (probed, Err(QueryError::ConnectionLost), false, Some("down (connection error)")),
+            (probed, Err(QueryError::Failed), true, None),
             (probed, Err(QueryError::Timeout), true, None),
             (probed, Ok(5.0), true, None),
-            (suspicion, Err(QueryError::ConnectionLost), false, Some("HEALTHY->ISOLATED (connection refused)")),
+            (suspicion, Err(QueryError::Failed), true, None),
             (suspicion, Err(QueryError::Timeout), true, Some("HEALTHY->SUSPECT (slow answer)")),
             (suspicion, Ok(5.0), true, None),
         ];
         for (i, (make, answer, healthy, first)) in cases.into_iter().enumerate() {
             let mut c = make();
-            c.query_answered(ReplicaId(1), answer, 1.0, 2.0);
+            assert_eq!(c.query_answered(ReplicaId(1), answer, 1.0, 2.0), None, "case {i}");
             assert_eq!(c.is_healthy(ReplicaId(1)), healthy, "case {i}");
             assert_eq!(logs(&mut c).first().map(|l| l.2.as_str()), first, "case {i}");
         }
+        let mut oracle = gated();
+        assert_eq!(
+            oracle.query_answered(ReplicaId(0), Err(QueryError::ConnectionLost), 1.0, 2.0),
+            None,
+            "the oracle reads no evidence"
+        );
     }
 
     #[test]
-    fn connect_failures_abort_the_session_and_are_evidence() {
+    fn connect_failures_abort_the_session_and_a_refusal_is_confirmed() {
         let mut c = probed();
         assert_eq!(
             c.connect_failed(ReplicaId(2), ConnectError::Timeout, 1.0),
-            AbortReason::Connect(ConnectError::Timeout)
+            (AbortReason::Connect(ConnectError::Timeout), None)
         );
         assert!(c.is_healthy(ReplicaId(2)), "a connect timeout is not proof of death for the probe detector");
-        assert_eq!(c.connect_failed(ReplicaId(2), ConnectError::Full, 1.5).to_string(), "too many clients");
+        assert_eq!(c.connect_failed(ReplicaId(2), ConnectError::Full, 1.5).0.to_string(), "too many clients");
         assert!(c.is_healthy(ReplicaId(2)), "a full server is alive");
-        assert_eq!(c.connect_failed(ReplicaId(2), ConnectError::Refused, 2.0).to_string(), "connect refused");
+        let (why, asked) = c.connect_failed(ReplicaId(2), ConnectError::Refused, 2.0);
+        assert_eq!((why.to_string(), asked), ("connect refused".to_string(), Some(Confirm(ReplicaId(2)))));
+        assert!(c.is_healthy(ReplicaId(2)), "not before the probe");
+        c.confirmed(ReplicaId(2), Evidence::Refused, 2.0, 2.001);
         assert!(!c.is_healthy(ReplicaId(2)));
-        assert_eq!(logs(&mut c)[0], (EventKind::Detect, Some(ReplicaId(2)), "down (connection refused)".to_string()));
+        let want = (EventKind::Detect, Some(ReplicaId(2)), "down (probe after connection refused)".to_string());
+        assert_eq!(logs(&mut c)[0], want);
+        c.confirmed(ReplicaId(2), Evidence::Refused, 3.0, 3.0);
+        assert!(logs(&mut c).is_empty(), "an answer nobody asked for is ignored");
+    }
+
+    #[test]
+    fn a_success_begun_before_a_suspicion_is_stale() {
+        let mut c = probed();
+        c.probed(ReplicaId(0), Evidence::Refused, 1.0, 1.0);
+        let _ = c.query_answered(ReplicaId(0), Err(QueryError::ConnectionLost), 2.0, 5.0);
+        c.probed(ReplicaId(0), Evidence::ProbeOk { ms: 1.0 }, 4.0, 6.0);
+        assert!(!c.is_healthy(ReplicaId(0)), "the probe began before the lost connection was seen");
+        c.confirmed(ReplicaId(0), Evidence::ProbeOk { ms: 1.0 }, 5.0, 5.1);
+        assert!(c.is_healthy(ReplicaId(0)), "the confirming probe began after it");
     }
 
     #[test]

@@ -1,8 +1,11 @@
 //! Following a routed session's two byte streams without interpreting
 //! them ([proxy](docs/proxy.md)): message lengths, so the proxy knows when
 //! it is at a message boundary (a FATAL can only go there); the server's
-//! cancel key (BackendKeyData); the client's Terminate (after which the
-//! server's close is the session's normal end); and, when watched, the
+//! cancel key (BackendKeyData); the SQLSTATE of the server's last message
+//! when it is an ErrorResponse (a server that closes after its own FATAL
+//! ended the session: that is no evidence against the replica); the
+//! client's Terminate (after which the server's close is the session's
+//! normal end); and, when watched, the
 //! start of each Query and Parse, read for `SET application_name`. Both
 //! relays (tokio's for TLS, [`super::pump`] for plain TCP) follow a
 //! session with it, and it allocates nothing per message.
@@ -21,6 +24,14 @@ pub(super) struct Framing {
     /// Body bytes of a BackendKeyData message collected so far.
     key_body: [u8; 8],
     key_seen: usize,
+    /// The start of the current ErrorResponse's body (its first fields:
+    /// severity, then the SQLSTATE), while one is read.
+    error_head: [u8; ERROR_HEAD],
+    error_seen: usize,
+    /// The type of the last whole message, and its SQLSTATE when it was an
+    /// ErrorResponse that carried one.
+    last: u8,
+    last_code: Option<[u8; 5]>,
     /// A Terminate (`X`) went by (client to server): the server closing
     /// next is the session's normal end.
     pub terminated: bool,
@@ -40,6 +51,10 @@ pub(super) struct Framing {
 /// How much of a Query or Parse is read for `SET application_name`.
 const WATCHED: usize = 256;
 
+/// How much of an ErrorResponse is read for its SQLSTATE: PostgreSQL
+/// sends the severity (localized, then not) before the code.
+const ERROR_HEAD: usize = 96;
+
 impl Framing {
     pub fn new() -> Framing {
         Framing {
@@ -49,6 +64,10 @@ impl Framing {
             key: None,
             key_body: [0; 8],
             key_seen: 0,
+            error_head: [0; ERROR_HEAD],
+            error_seen: 0,
+            last: 0,
+            last_code: None,
             terminated: false,
             watch: false,
             text_len: None,
@@ -103,6 +122,38 @@ impl Framing {
         self.seen == 0 && self.remaining == 0
     }
 
+    /// The SQLSTATE of the ErrorResponse this stream stopped on, when its
+    /// last whole message is one (`*b"?????"` when it carried none): the
+    /// server's own word on why it closes.
+    pub fn ended_on_error(&self) -> Option<[u8; 5]> {
+        (self.at_boundary() && self.last == b'E').then(|| self.last_code.unwrap_or(*b"?????"))
+    }
+
+    /// Keeps the body bytes `bytes` of an ErrorResponse, up to [`ERROR_HEAD`].
+    fn error_bytes(&mut self, bytes: &[u8]) {
+        let take = bytes.len().min(ERROR_HEAD - self.error_seen);
+        self.error_head[self.error_seen..self.error_seen + take].copy_from_slice(&bytes[..take]);
+        self.error_seen += take;
+    }
+
+    /// The current message is whole: notes its type and, for an
+    /// ErrorResponse, its SQLSTATE (the `C` field).
+    fn message_done(&mut self) {
+        self.last = self.header[0];
+        if self.last != b'E' {
+            return;
+        }
+        self.last_code = None;
+        let mut fields = self.error_head[..self.error_seen].split(|&b| b == 0);
+        for f in fields.by_ref() {
+            if let [b'C', code @ ..] = f {
+                self.last_code = code.try_into().ok();
+                break;
+            }
+        }
+        self.error_seen = 0;
+    }
+
     /// Follows `bytes` through the message framing.
     pub fn feed(&mut self, mut bytes: &[u8]) {
         while !bytes.is_empty() {
@@ -116,6 +167,7 @@ impl Framing {
                     self.remaining = len.saturating_sub(4);
                     self.seen = 0;
                     self.key_seen = 0;
+                    self.error_seen = 0;
                     self.terminated |= self.header[0] == b'X';
                     if self.watch && matches!(self.header[0], b'Q' | b'P') {
                         self.text_len = Some(0);
@@ -123,18 +175,26 @@ impl Framing {
                             self.statement_read();
                         }
                     }
+                    if self.remaining == 0 {
+                        self.message_done();
+                    }
                 }
                 continue;
             }
             let take = self.remaining.min(bytes.len());
-            if self.header[0] == b'K' {
-                self.key_bytes(&bytes[..take]);
+            match self.header[0] {
+                b'K' => self.key_bytes(&bytes[..take]),
+                b'E' => self.error_bytes(&bytes[..take]),
+                _ => {}
             }
             self.text_bytes(&bytes[..take]);
             self.remaining -= take;
             bytes = &bytes[take..];
             if self.remaining == 0 || self.text_len.is_some_and(|n| n >= WATCHED) {
                 self.statement_read();
+            }
+            if self.remaining == 0 {
+                self.message_done();
             }
         }
     }
@@ -166,6 +226,39 @@ mod tests {
         let body = b"plbbench.replica\0r2\0";
         f.feed(&[b'S'].into_iter().chain((4 + body.len() as u32).to_be_bytes()).chain(*body).collect::<Vec<u8>>());
         assert!(f.at_boundary());
+    }
+
+    /// An ErrorResponse as PostgreSQL sends it: severity (localized, then
+    /// not), SQLSTATE, message.
+    fn error_response(code: &str, message: &str) -> Vec<u8> {
+        let body = format!("SFATAL\0VFATAL\0C{code}\0M{message}\0\0");
+        let mut m = vec![b'E'];
+        m.extend((4 + body.len() as u32).to_be_bytes());
+        m.extend(body.as_bytes());
+        m
+    }
+
+    #[test]
+    fn framing_knows_when_the_server_stopped_on_its_own_error() {
+        let mut stream = vec![b'Z', 0, 0, 0, 5, b'I'];
+        stream.extend(error_response("08P01", "invalid frontend message type 254"));
+        for cut in 0..stream.len() {
+            let mut f = Framing::new();
+            f.feed(&stream[..cut]);
+            assert_eq!(f.ended_on_error(), None, "cut {cut}: the error is not whole yet");
+            f.feed(&stream[cut..]);
+            assert_eq!(f.ended_on_error(), Some(*b"08P01"), "cut {cut}");
+        }
+        let mut f = Framing::new();
+        f.feed(&stream);
+        f.feed(&[b'Z', 0, 0, 0, 5, b'I']);
+        assert_eq!(f.ended_on_error(), None, "a later message: the error did not end the stream");
+        let mut f = Framing::new();
+        f.feed(&error_response("57P01", &"x".repeat(500)));
+        assert_eq!(f.ended_on_error(), Some(*b"57P01"), "a long message after the code");
+        let mut f = Framing::new();
+        f.feed(&[b'E', 0, 0, 0, 5, 0]);
+        assert_eq!(f.ended_on_error(), Some(*b"?????"), "no code");
     }
 
     #[test]

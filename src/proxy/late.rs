@@ -11,9 +11,10 @@
 
 use super::late_class::{self, Greeting, Said};
 use super::login::{send_fatal, Fatal};
-use super::relay::{self, Start, AUTH_OK};
+use super::relay::{self, Session, Start, AUTH_OK};
 use super::startup::Startup;
 use super::tls::ClientStream;
+use super::violations::Who;
 use super::Shared;
 use crate::backend::proxy_feed::REPLICA_PARAM;
 use crate::backend::wire::Conn;
@@ -31,7 +32,7 @@ const MAX_ANSWERED: usize = 16;
 const MAX_FIRST: usize = 1 << 20;
 
 /// Runs the session of a logged-in client that did not name its class.
-pub async fn session(shared: &Arc<Shared>, id: u32, mut client: ClientStream, startup: &Startup) {
+pub async fn session(shared: &Arc<Shared>, id: u32, mut client: ClientStream, startup: &Startup, who: Who) {
     let params = match cluster_params(shared, startup).await {
         Ok(p) => p,
         Err(f) => return send_fatal(&mut client, &f).await,
@@ -61,7 +62,7 @@ pub async fn session(shared: &Arc<Shared>, id: u32, mut client: ClientStream, st
     let mut to_client = relay::parameter_status(REPLICA_PARAM, &r.to_string());
     replayed.params.iter().for_each(|p| to_client.extend(p));
     let start = Start { to_client, to_server: heard.first, seen: BytesMut::new(), key: registered };
-    relay::finish(shared, id, r, class, client, server, start).await;
+    relay::finish(shared, Session { id, r, class, who }, client, server, start).await;
 }
 
 /// What a client said before its session was routed.

@@ -27,14 +27,16 @@ mod relay;
 pub mod scram;
 pub mod startup;
 pub mod tls;
+mod violations;
 
 use crate::backend::live_metrics::{self, LiveMetrics, SessionOutcome};
 use crate::backend::proxy_feed::{unix_now, Feed};
 use crate::backend::signals::Signals;
 use crate::backend::waiting::{Asked, Control};
 use crate::cluster::Cluster;
-use crate::core::control::{ControlEvent, Controller};
-use crate::core::model::{Class, ReplicaId};
+use crate::core::control::{Confirm, ControlEvent, Controller};
+use crate::core::health::Evidence;
+use crate::core::model::{Class, QueryError, ReplicaId};
 use bytes::BytesMut;
 use class_rule::ClassRule;
 use login::{Entry, Fatal};
@@ -45,9 +47,10 @@ use std::time::{Duration, Instant};
 use tls::ClientStream;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio_postgres::Config;
 use tokio_rustls::TlsAcceptor;
+use violations::{Verdict, Violations, Who};
 
 /// What the proxy needs, resolved by the command.
 pub struct ProxyInput {
@@ -132,6 +135,10 @@ pub(crate) struct Shared {
     timed: Notify,
     /// The threads that copy routed plain-TCP sessions.
     pumps: pump::Pumps<relay::Flow>,
+    /// The confirming probes the controller asked for, to [`confirmer`].
+    confirms: mpsc::UnboundedSender<Confirm>,
+    /// Each client's allowance of protocol violations.
+    violations: Mutex<Violations>,
 }
 
 impl Shared {
@@ -219,6 +226,60 @@ impl Shared {
         true
     }
 
+    /// Hands the confirming probe the controller asked for, if any, to
+    /// [`confirmer`].
+    fn confirm(&self, asked: Option<Confirm>) {
+        if let Some(c) = asked {
+            let _ = self.confirms.send(c);
+        }
+    }
+
+    /// A session relayed to `r` since `began_s` lost its server with no word
+    /// from it: `r` is suspect until a probe of the proxy's own says.
+    fn lost(&self, r: ReplicaId, began_s: f64) {
+        let asked = self.control(|ctl, now| ctl.c.query_answered(r, Err(QueryError::ConnectionLost), began_s, now));
+        self.confirm(asked);
+    }
+
+    /// A session of `who` that the server ended with its own error `code`
+    /// (passed on to the client): counted, and a protocol violation spends
+    /// the client's allowance. Never evidence against the replica.
+    fn server_ended(&self, who: &Who, code: [u8; 5]) {
+        let code = String::from_utf8_lossy(&code).into_owned();
+        if code == "08P01" {
+            self.violations.lock().expect("violations lock").record(who, self.now());
+        }
+        if let Some(live) = &self.live {
+            live.lock().expect("metrics lock").proxy_server_ended(&code);
+        }
+    }
+
+    /// Whether `who` may log in now: refused while its sessions end in
+    /// protocol violations faster than its allowance (said on stderr once
+    /// per episode, counted every time).
+    fn allowed(&self, who: &Who) -> Result<(), Fatal> {
+        let verdict = self.violations.lock().expect("violations lock").admit(who, self.now());
+        let Verdict::Refuse { retry_s, first } = verdict else { return Ok(()) };
+        let (addr, user) = who;
+        if first {
+            eprintln!(
+                "plbbench proxy: client {addr} user {user:?}: more than {} sessions ended in protocol violations \
+                 (08P01) at over {}/s; its logins are refused until its allowance is back (the roles are unchanged)",
+                violations::BURST,
+                violations::REFILL_PER_S
+            );
+        }
+        if let Some(live) = &self.live {
+            live.lock().expect("metrics lock").proxy_violation_refusal();
+        }
+        Err(Fatal::new(
+            "53400",
+            format!(
+                "plbbench proxy: too many sessions from {addr} as {user:?} ended in protocol violations; retry in {retry_s:.1} s"
+            ),
+        ))
+    }
+
     /// A session on `r` ended; hands freed capacity to waiting sessions.
     fn ended(&self, r: ReplicaId, class: Class) {
         self.control(|c, now| c.ended(r, class, now));
@@ -269,6 +330,8 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
     }
     let (term_tx, terminate) = watch::channel(false);
     let live = input.metrics.as_ref().map(|_| Arc::new(Mutex::new(LiveMetrics::new())));
+    let (confirms, asked) = mpsc::unbounded_channel();
+    let mut background = Vec::new();
     let shared = Arc::new(Shared {
         start,
         control: Mutex::new(Control::new(input.control)),
@@ -288,12 +351,14 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
         ticking: AtomicBool::new(false),
         timed: Notify::new(),
         pumps: pump::Pumps::start(input.threads)?,
+        confirms,
+        violations: Mutex::new(Violations::default()),
     });
+    background.push(tokio::spawn(confirmer(shared.clone(), asked)));
     if let Some(live) = &live {
         let ctl = shared.control.lock().expect("control lock");
         live.lock().expect("metrics lock").refresh(ctl.c.router(), ctl.c.gate());
     }
-    let mut background = Vec::new();
     if let (Some(l), Some(live)) = (input.metrics, live) {
         background.push(tokio::spawn(live_metrics::serve(l, live)));
     }
@@ -309,11 +374,11 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let Ok((sock, _)) = accepted else { continue };
+                let Ok((sock, peer)) = accepted else { continue };
                 let id = next;
                 next = next.wrapping_add(1);
                 shared.open.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(connection(shared.clone(), id, sock, input.login_timeout));
+                tokio::spawn(connection(shared.clone(), id, sock, peer.ip(), input.login_timeout));
             }
             _ = signals.recv() => break,
         }
@@ -348,10 +413,11 @@ async fn stopping(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await.map(|_| ());
 }
 
-/// One client connection, counted open by the accept loop: log in within
-/// the deadline (in TLS once the client asks for it and the proxy offers
-/// it), then its session.
-async fn connection(shared: Arc<Shared>, id: u32, sock: TcpStream, login_timeout: Duration) {
+/// One client connection from `peer`, counted open by the accept loop: log
+/// in within the deadline (in TLS once the client asks for it and the
+/// proxy offers it), then its session, unless the client's sessions end in
+/// protocol violations faster than its allowance ([`violations`]).
+async fn connection(shared: Arc<Shared>, id: u32, sock: TcpStream, peer: std::net::IpAddr, login_timeout: Duration) {
     let _ = sock.set_nodelay(true);
     let mut sock = ClientStream::Plain(sock);
     let mut buf = BytesMut::with_capacity(1024);
@@ -375,10 +441,14 @@ async fn connection(shared: Arc<Shared>, id: u32, sock: TcpStream, login_timeout
         }
     };
     match entry {
-        Ok(Entry::Session(startup)) if buf.is_empty() => match shared.rule.class_of(&startup) {
-            Some(class) => relay::session(&shared, id, sock, &startup, class).await,
-            None => late::session(&shared, id, sock, &startup).await,
-        },
+        Ok(Entry::Session(startup)) if buf.is_empty() => {
+            let who: Who = (peer, startup.param("user").unwrap_or_default().to_string());
+            match (shared.allowed(&who), shared.rule.class_of(&startup)) {
+                (Err(f), _) => login::send_fatal(&mut sock, &f).await,
+                (Ok(()), Some(class)) => relay::session(&shared, id, sock, &startup, class, who).await,
+                (Ok(()), None) => late::session(&shared, id, sock, &startup, who).await,
+            }
+        }
         Ok(Entry::Session(_)) => {
             let f = Fatal::new("08P01", "unexpected message before authentication finished");
             login::send_fatal(&mut sock, &f).await;
@@ -452,14 +522,38 @@ async fn sample_cpu(shared: Arc<Shared>, cluster: Arc<Mutex<Cluster>>) {
     }
 }
 
-/// Health probes of replica `r`, as a run's (`backend::driver::probe_once`).
+/// Runs each confirming probe the controller asks for on a task of its own
+/// (`backend::probe::confirm`: a new connection and `SELECT 1` within
+/// `core::control::CONFIRM_TIMEOUT_S`), says on stderr what it saw, counts
+/// it and tells the controller.
+async fn confirmer(shared: Arc<Shared>, mut asked: mpsc::UnboundedReceiver<Confirm>) {
+    while let Some(Confirm(r)) = asked.recv().await {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let began = shared.now();
+            let seen = crate::backend::probe::confirm(&shared.replicas[r.idx()]).await;
+            let (name, verdict) = match seen {
+                Evidence::ProbeOk { ms } => ("ok", format!("it answered in {ms:.1} ms: {r} stays up")),
+                Evidence::ProbeTimeout => ("timeout", "no answer within the deadline: one timeout".to_string()),
+                _ => ("refused", "it was refused".to_string()),
+            };
+            eprintln!("plbbench proxy: {r} suspect (a connection lost or refused with no word from the server); confirming probe: {verdict}");
+            if let Some(live) = &shared.live {
+                live.lock().expect("metrics lock").proxy_confirm(r, name);
+            }
+            shared.control(|ctl, now| ctl.c.confirmed(r, seen, began, now));
+        });
+    }
+}
+
+/// Health probes of replica `r`, as a run's (`backend::probe::periodic`).
 async fn probe(shared: Arc<Shared>, r: ReplicaId, interval: Duration) {
     let mut client = None;
     let mut every = tokio::time::interval(interval);
     loop {
         every.tick().await;
         let began = shared.now();
-        let seen = crate::backend::driver::probe_once(&shared.replicas[r.idx()], &mut client, interval).await;
+        let seen = crate::backend::probe::periodic(&shared.replicas[r.idx()], &mut client, interval).await;
         shared.control(|ctl, now| {
             ctl.c.probed(r, seen, began, now);
             ctl.c.tick(now);

@@ -42,8 +42,11 @@ pub(super) const TURN: usize = 16;
 pub(super) enum End {
     /// The client left, or the server closed after the client's Terminate.
     Quiet,
-    /// The replica's connection broke.
+    /// The replica's connection broke with no word from the server.
     Lost,
+    /// The server closed after its own ErrorResponse (this SQLSTATE), which
+    /// went to the client: the session's end, not the replica's.
+    Ended([u8; 5]),
     /// The proxy is stopping.
     Stop,
 }
@@ -55,7 +58,8 @@ pub(super) trait Follow: Send + 'static {
     fn client_sent(&mut self, bytes: &[u8]);
     /// The server sent `bytes`.
     fn server_sent(&mut self, bytes: &[u8]);
-    /// The server closed its side: how the session ended.
+    /// The server closed its side, or stopped taking bytes: how the
+    /// session ended, from what the server said last.
     fn server_closed(&self) -> End;
 }
 
@@ -262,7 +266,14 @@ impl<F: Follow> Piped<F> {
         let up = self.up.copy(client, server, |b| flow.client_sent(b));
         match up {
             Step::SourceClosed => return Drive::Over(End::Quiet),
-            Step::SinkGone => return Drive::Over(End::Lost),
+            Step::SinkGone => {
+                // The server stopped taking bytes: its last words (a FATAL,
+                // as a rule) may still be unread. Read them to the end
+                // before judging how the session ended.
+                (self.down.readable, self.down.closing) = (true, true);
+                let _ = self.down.copy(server, client, |b| flow.server_sent(b));
+                return Drive::Over(flow.server_closed());
+            }
             Step::Idle | Step::Owed => {}
         }
         let down = self.down.copy(server, client, |b| flow.server_sent(b));

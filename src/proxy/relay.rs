@@ -15,11 +15,12 @@ use super::login::{send_fatal, Fatal};
 use super::pump::{Back, End, Follow, CHUNK};
 use super::startup::Startup;
 use super::tls::ClientStream;
+use super::violations::Who;
 use super::{CancelKey, Shared};
 use crate::backend::live_metrics::SessionOutcome;
 use crate::backend::proxy_feed::{failed_on, REPLICA_PARAM};
 use crate::backend::wire::{Conn, WireError};
-use crate::core::model::{Class, ConnectError, QueryError, ReplicaId};
+use crate::core::model::{Class, ConnectError, ReplicaId};
 use bytes::BytesMut;
 use std::sync::Arc;
 use std::time::Instant;
@@ -28,14 +29,21 @@ use tokio::net::TcpStream;
 
 /// Runs the session of a logged-in client whose class its startup packet
 /// gave to its end.
-pub async fn session(shared: &Arc<Shared>, id: u32, mut client: ClientStream, startup: &Startup, class: Class) {
+pub async fn session(
+    shared: &Arc<Shared>,
+    id: u32,
+    mut client: ClientStream,
+    startup: &Startup,
+    class: Class,
+    who: Who,
+) {
     let Some((r, server, pending)) = route(shared, id, &mut client, startup, class).await else { return };
     shared.remember_params(&pending);
     let mut to_client = AUTH_OK.to_vec();
     to_client.extend(parameter_status(REPLICA_PARAM, &r.to_string()));
     to_client.extend_from_slice(&pending);
     let start = Start { to_client, to_server: Vec::new(), seen: pending, key: None };
-    finish(shared, id, r, class, client, server, start).await;
+    finish(shared, Session { id, r, class, who }, client, server, start).await;
 }
 
 /// Admission and the proxy's login to the chosen replica: the replica, the
@@ -90,14 +98,12 @@ pub(super) struct Start {
 /// session ended.
 pub(super) async fn finish(
     shared: &Arc<Shared>,
-    id: u32,
-    r: ReplicaId,
-    class: Class,
+    s: Session,
     mut client: ClientStream,
     mut server: TcpStream,
     start: Start,
 ) {
-    let mut flow = Flow::new(shared.clone(), Session { id, r, class }, &start);
+    let mut flow = Flow::new(shared.clone(), s, &start);
     let begun = if client.write_all(&start.to_client).await.is_err() {
         Err(End::Quiet)
     } else if server.write_all(&start.to_server).await.is_err() {
@@ -122,12 +128,13 @@ pub(super) async fn finish(
     }
 }
 
-/// Which session a relay carries.
-#[derive(Clone, Copy)]
+/// Which session a relay carries, and whose.
 pub(super) struct Session {
-    id: u32,
-    r: ReplicaId,
-    class: Class,
+    pub id: u32,
+    pub r: ReplicaId,
+    pub class: Class,
+    /// The client, for its allowance of protocol violations.
+    pub who: Who,
 }
 
 /// The server's startup parameters for a client: its database (or its
@@ -157,9 +164,8 @@ async fn connect(shared: &Shared, r: ReplicaId, startup: &Startup) -> Result<(Tc
             _ => None,
         };
         if let Some(why) = why {
-            shared.control(|ctl, now| {
-                let _ = ctl.c.connect_failed(r, why, now.max(began));
-            });
+            let (_, asked) = shared.control(|ctl, now| ctl.c.connect_failed(r, why, now.max(began)));
+            shared.confirm(asked);
         }
         let f = match e {
             WireError::Server { code, message, .. } => Fatal::new(server_code(&code), message),
@@ -241,16 +247,16 @@ impl Follow for Flow {
         }
     }
 
-    /// The server closed its side: the session's normal end after the
-    /// client's Terminate, else the replica's connection was lost (told to
-    /// the controller).
+    /// The server closed its side (or stopped taking bytes): the session's
+    /// normal end after the client's Terminate; the session's end when the
+    /// server's last message was its own ErrorResponse (a FATAL); else the
+    /// connection was lost with no word from the server ([`close`] tells
+    /// the controller, which has the replica probed).
     fn server_closed(&self) -> End {
         if self.upstream.terminated {
             return End::Quiet;
         }
-        let (r, began) = (self.s.r, self.began);
-        self.shared.control(|ctl, now| ctl.c.query_answered(r, Err(QueryError::ConnectionLost), began, now));
-        End::Lost
+        self.framing.ended_on_error().map_or(End::Lost, End::Ended)
     }
 }
 
@@ -281,7 +287,7 @@ async fn on_this_task(flow: &mut Flow, client: &mut ClientStream, server: &mut T
                 Ok(n) if n > 0 => {
                     flow.client_sent(&cbuf[..n]);
                     if server.write_all(&cbuf[..n]).await.is_err() {
-                        return End::Lost;
+                        return last_words(flow, client, server, &mut sbuf).await;
                     }
                 }
                 _ => return End::Quiet,
@@ -300,17 +306,42 @@ async fn on_this_task(flow: &mut Flow, client: &mut ClientStream, server: &mut T
     }
 }
 
+/// The server stopped taking the client's bytes: its last words (a FATAL,
+/// as a rule) may still be unread. They are passed on, up to [`CHUNK`] a
+/// read for at most 100 ms, before the end is judged
+/// ([`Follow::server_closed`]).
+async fn last_words(flow: &mut Flow, client: &mut ClientStream, server: &mut TcpStream, sbuf: &mut [u8]) -> End {
+    let until = tokio::time::Instant::now() + std::time::Duration::from_millis(100);
+    while let Ok(Ok(n)) = tokio::time::timeout_at(until, server.read(sbuf)).await {
+        if n == 0 {
+            break;
+        }
+        flow.server_sent(&sbuf[..n]);
+        if client.write_all(&sbuf[..n]).await.is_err() {
+            return End::Quiet;
+        }
+    }
+    flow.server_closed()
+}
+
 /// A relay's end on the client's side: the server bytes read but not yet
 /// delivered (`held`), one whole FATAL at a message boundary when the
-/// replica was lost or the proxy stops (then the session's running
+/// replica's connection was lost with no word from the server (the
+/// replica is then probed) or the proxy stops (then the session's running
 /// statement is cancelled on its replica, so it does not outlive the
-/// proxy), and the client's socket closed.
+/// proxy), and the client's socket closed. A session the server ended with
+/// its own error gets that error alone.
 async fn close(flow: &Flow, end: End, mut client: ClientStream, held: &[u8]) {
+    match end {
+        End::Lost => flow.shared.lost(flow.s.r, flow.began),
+        End::Ended(code) => flow.shared.server_ended(&flow.s.who, code),
+        End::Quiet | End::Stop => {}
+    }
     if !held.is_empty() && client.write_all(held).await.is_err() {
         return;
     }
     let fatal = match end {
-        End::Quiet => None,
+        End::Quiet | End::Ended(_) => None,
         End::Lost => Some(lost(flow.s.r)),
         End::Stop => Some(Fatal::new(
             "57P01",
