@@ -34,7 +34,7 @@ use crate::backend::proxy_feed::{unix_now, Feed};
 use crate::backend::signals::Signals;
 use crate::backend::waiting::{Asked, Control};
 use crate::cluster::Cluster;
-use crate::core::control::{Confirm, ControlEvent, Controller};
+use crate::core::control::{Confirm, ControlEvent, Controller, CONFIRM_TIMEOUT_S};
 use crate::core::health::Evidence;
 use crate::core::model::{Class, QueryError, ReplicaId};
 use bytes::BytesMut;
@@ -236,17 +236,29 @@ impl Shared {
 
     /// A session relayed to `r` since `began_s` lost its server with no word
     /// from it: `r` is suspect until a probe of the proxy's own says.
-    fn lost(&self, r: ReplicaId, began_s: f64) {
+    /// Waits for that probe (at most `CONFIRM_TIMEOUT_S` and a little) and
+    /// returns whether `r` is still up: then the server closed this session
+    /// alone (as PostgreSQL does, with only a line in its log, on a message
+    /// length it cannot take).
+    async fn lost(&self, r: ReplicaId, began_s: f64) -> bool {
         let asked = self.control(|ctl, now| ctl.c.query_answered(r, Err(QueryError::ConnectionLost), began_s, now));
         self.confirm(asked);
+        let until = Instant::now() + Duration::from_secs_f64(CONFIRM_TIMEOUT_S + 0.1);
+        while self.control.lock().expect("control lock").c.confirming(r) && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        self.control.lock().expect("control lock").c.is_healthy(r)
     }
 
     /// A session of `who` that the server ended with its own error `code`
     /// (passed on to the client): counted, and a protocol violation spends
     /// the client's allowance. Never evidence against the replica.
-    fn server_ended(&self, who: &Who, code: [u8; 5]) {
-        let code = String::from_utf8_lossy(&code).into_owned();
-        if code == "08P01" {
+    /// `None`: it closed with no word while the replica still answers, as
+    /// PostgreSQL does on a message length it cannot take (counted as a
+    /// protocol violation too).
+    fn server_ended(&self, who: &Who, code: Option<[u8; 5]>) {
+        let code = code.map_or_else(|| "none".to_string(), |c| String::from_utf8_lossy(&c).into_owned());
+        if code == "08P01" || code == "none" {
             self.violations.lock().expect("violations lock").record(who, self.now());
         }
         if let Some(live) = &self.live {

@@ -325,34 +325,39 @@ async fn last_words(flow: &mut Flow, client: &mut ClientStream, server: &mut Tcp
 }
 
 /// A relay's end on the client's side: the server bytes read but not yet
-/// delivered (`held`), one whole FATAL at a message boundary when the
-/// replica's connection was lost with no word from the server (the
-/// replica is then probed) or the proxy stops (then the session's running
-/// statement is cancelled on its replica, so it does not outlive the
-/// proxy), and the client's socket closed. A session the server ended with
-/// its own error gets that error alone.
+/// delivered (`held`), then one whole FATAL at a message boundary when the
+/// replica's connection was lost with no word from the server and the
+/// confirming probe did not find it answering, or when the proxy stops
+/// (then the session's running statement is cancelled on its replica, so
+/// it does not outlive the proxy); and the client's socket closed. A
+/// session the server ended (with its own error, or with none while the
+/// replica answers) gets only what the server sent.
 async fn close(flow: &Flow, end: End, mut client: ClientStream, held: &[u8]) {
-    match end {
-        End::Lost => flow.shared.lost(flow.s.r, flow.began),
-        End::Ended(code) => flow.shared.server_ended(&flow.s.who, code),
-        End::Quiet | End::Stop => {}
-    }
-    if !held.is_empty() && client.write_all(held).await.is_err() {
-        return;
-    }
+    let shared = &flow.shared;
     let fatal = match end {
-        End::Quiet | End::Ended(_) => None,
+        End::Quiet => None,
+        End::Ended(code) => {
+            shared.server_ended(&flow.s.who, Some(code));
+            None
+        }
+        End::Lost if shared.lost(flow.s.r, flow.began).await => {
+            shared.server_ended(&flow.s.who, None);
+            None
+        }
         End::Lost => Some(lost(flow.s.r)),
         End::Stop => Some(Fatal::new(
             "57P01",
             "terminating connection due to administrator command (plbbench proxy is stopping)",
         )),
     };
+    if !held.is_empty() && client.write_all(held).await.is_err() {
+        return;
+    }
     if let (Some(f), true) = (&fatal, flow.framing.at_boundary()) {
         send_fatal(&mut client, f).await;
     }
     if let (End::Stop, Some((pid, key))) = (end, flow.registered) {
-        flow.shared.cancel(pid, key).await;
+        shared.cancel(pid, key).await;
     }
     let _ = client.shutdown().await;
 }

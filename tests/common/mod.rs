@@ -16,6 +16,7 @@ pub fn have_postgres() -> bool {
     }
     panic!("PostgreSQL server binaries not found: run scripts/install-postgres.sh as root, or set PLBBENCH_SKIP_PG=1");
 }
+pub mod proxy;
 pub mod run;
 
 /// Connects with `cfg` and runs `sql`, returning the first column as text;
