@@ -191,3 +191,58 @@ fn experiment_takes_admission_as_an_axis() {
     assert_eq!(o.status.code(), Some(2));
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Admission modes shed load without shutting the service (design.md §4,
+/// revised 2026-12-06), in the closed saturated population where Survival
+/// used to admit no class and hold itself forever on the clients' own
+/// retries: on both built-in workloads, cascade at T=1000 and T=3000,
+/// 25:75 and 50:50, every class completes queries in every phase, and
+/// every Survival entered at least its minimum duration (30 s) before the
+/// end is left.
+#[test]
+fn modes_shed_without_shutting_the_service_on_both_workloads() {
+    for workload in ["paper", "analytics"] {
+        for t in ["1000", "3000"] {
+            for mix in ["25:75", "50:50"] {
+                let case = format!("{workload} T={t} {mix}");
+                let out = tmp(&format!("shed-{workload}-{t}-{}", mix.replace(':', "-")));
+                let o = plbbench(&[
+                    "run",
+                    "--cluster",
+                    "sim",
+                    "-q",
+                    "--workload",
+                    workload,
+                    "--strategy",
+                    "plb",
+                    "--admission",
+                    "modes",
+                    "--faults",
+                    "cascade",
+                    "--mix",
+                    mix,
+                    "--T",
+                    t,
+                    "--out",
+                    out.to_str().unwrap(),
+                ]);
+                assert!(o.status.success(), "{case}: {}", String::from_utf8_lossy(&o.stderr));
+                for r in csv(&out, "phases.csv") {
+                    let done: u64 = r["completed"].parse().unwrap();
+                    assert!(done > 0, "{case}: {} completed nothing in {}", r["class"], r["phase"]);
+                }
+                let modes: Vec<(f64, String)> = csv(&out, "events.csv")
+                    .into_iter()
+                    .filter(|e| e["kind"] == "mode")
+                    .map(|e| (e["t_s"].parse().unwrap(), e["detail"].clone()))
+                    .collect();
+                for (i, (at, detail)) in modes.iter().enumerate() {
+                    if detail.ends_with("->survival") && *at <= 300.0 - 30.0 {
+                        assert!(i + 1 < modes.len(), "{case}: Survival entered at {at} s and never left: {modes:?}");
+                    }
+                }
+                std::fs::remove_dir_all(out).unwrap();
+            }
+        }
+    }
+}

@@ -613,19 +613,25 @@ fn an_overloaded_run_fails_its_checks_loudly_and_warn_downgrades_them() {
         "{err}"
     );
     assert!(err.contains("plbbench: check failed: time-outs: baseline "), "{err}");
-    assert!(err.contains("plbbench: error: the run failed 2 of 4 checks"), "{err}");
+    assert!(err.contains("plbbench: error: the run failed 2 of 5 checks"), "{err}");
     let checks = err.lines().filter(|l| l.starts_with("plbbench: check failed: ")).count();
     assert_eq!(checks, 2, "one line per failed check: {err}");
     let stdout = text(&out.stdout);
     assert!(stdout.starts_with("plb · mix 25:75 · T=5000 · faults premium-fault · sim cluster\n"), "{stdout}");
     assert!(stdout.contains("\naborted sessions: P ") && stdout.contains("too many clients"), "{stdout}");
-    assert!(stdout.contains("\nchecks: 2 of 4 FAILED (baseline steady, time-outs)\n"), "{stdout}");
+    assert!(stdout.contains("\nchecks: 2 of 5 FAILED (baseline steady, time-outs)\n"), "{stdout}");
     let s = summary_of(&fail);
     assert_eq!(s["settings"]["checks"], "fail");
-    let want = [("accounting", true), ("baseline steady", false), ("time-outs", false), ("phase length", true)];
+    let want = [
+        ("accounting", true),
+        ("baseline steady", false),
+        ("time-outs", false),
+        ("phase length", true),
+        ("progress", true),
+    ];
     assert_eq!(verdicts(&s), want.map(|(n, ok)| (n.to_string(), ok)));
     let banner = top_banner(&fail);
-    assert!(banner.contains("FAILED 2 OF 4 CHECKS") && banner.contains("do not measure what they claim"), "{banner}");
+    assert!(banner.contains("FAILED 2 OF 5 CHECKS") && banner.contains("do not measure what they claim"), "{banner}");
     assert!(banner.contains("<b>baseline steady</b>") && banner.contains("<b>time-outs</b>"), "{banner}");
     assert!(!banner.contains("downgraded"), "{banner}");
 
@@ -669,10 +675,10 @@ fn a_healthy_run_passes_every_check() {
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(!err.contains("check failed"), "{err}");
-    assert!(text(&out.stdout).contains("\nchecks: all 4 passed\n"), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("\nchecks: all 5 passed\n"), "{}", text(&out.stdout));
     let s = summary_of(&dir);
     let names: Vec<String> = verdicts(&s).into_iter().filter(|v| v.1).map(|v| v.0).collect();
-    assert_eq!(names, ["accounting", "baseline steady", "time-outs", "phase length"]);
+    assert_eq!(names, ["accounting", "baseline steady", "time-outs", "phase length", "progress"]);
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(!html.contains("failing-verdicts"));
     std::fs::remove_dir_all(dir).unwrap();

@@ -597,7 +597,9 @@ async fn client(ctx: Arc<Ctx>, id: u32, mut script: Client) -> Option<Class> {
         let (r, connected) = match opened {
             Opened::On(r, connected) => (r, connected),
             Opened::Rejected => {
-                intended = ctx.now() + script.between_s(&w);
+                // Backs off as pools and drivers do (the workload's
+                // `[client]` backoff with jitter), as after any refusal.
+                intended = ctx.now() + script.backoff_s(&w);
                 resume = None;
                 continue;
             }

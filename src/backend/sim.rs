@@ -22,6 +22,7 @@ use crate::core::workload::Workload;
 
 mod agenda;
 mod calendar;
+mod guard;
 mod huge;
 mod prefetch;
 mod server;
@@ -57,6 +58,9 @@ pub struct SimInput<'a> {
 pub struct SimOutcome {
     /// Sessions still open per class.
     pub in_flight: [u64; 2],
+    /// Why the run stopped early, when its clock stopped advancing
+    /// ([`guard`]); its books end there.
+    pub stalled: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -123,8 +127,14 @@ pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
     let agenda = Agenda::new(clients.len(), k);
     let mut sim = Sim { input, col, now: 0.0, agenda, servers, clients, sessions: 0 };
     sim.start();
+    let mut guard = guard::Guard::new(sim.clients.len(), k);
+    let mut stalled = None;
     while let Some((t, ev)) = sim.agenda.pop() {
         if t >= sim.input.duration_s {
+            break;
+        }
+        if let Err(why) = guard.step(t, &ev) {
+            stalled = Some(why);
             break;
         }
         sim.now = t;
@@ -132,7 +142,9 @@ pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
         sim.handle(ev);
         sim.record();
     }
-    sim.now = sim.input.duration_s;
+    if stalled.is_none() {
+        sim.now = sim.input.duration_s;
+    }
     sim.sample();
     sim.record();
     let mut in_flight = [0u64; 2];
@@ -144,7 +156,7 @@ pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
     if let Some(w) = sim.input.control.waiting() {
         sim.col.still_queued(w);
     }
-    SimOutcome { in_flight }
+    SimOutcome { in_flight, stalled }
 }
 
 impl Sim<'_, '_> {
@@ -285,12 +297,14 @@ impl Sim<'_, '_> {
         }
     }
 
-    /// A rejected client thinks, then tries a new session.
+    /// A rejected client backs off as pools and drivers do (the
+    /// workload's `[client]` backoff with jitter, growing with each
+    /// refusal in a row), then tries a new session.
     fn rejected(&mut self, i: usize) {
         let w = self.input.workload;
         let c = &mut self.clients[i];
         c.state = State::Idle { resume: None };
-        c.intended = self.now + c.script.between_s(w);
+        c.intended = self.now + c.script.backoff_s(w);
         let t = c.intended;
         self.at(t, Ev::Wake(i as u32));
     }

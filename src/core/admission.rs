@@ -38,6 +38,9 @@ pub struct Waiting {
     pub class: Class,
     /// When it joined the queue.
     pub since_s: f64,
+    /// Its client was refused since its last admission: a retry, not fresh
+    /// demand (not counted in the queue depth the modes read).
+    pub retry: bool,
 }
 
 /// Admission gate: manager, queue and counters.
@@ -48,6 +51,9 @@ pub struct Gate {
     replica_sessions: u32,
     deadline_s: f64,
     queue: VecDeque<Waiting>,
+    /// Clients refused since their last admission (their next request is
+    /// a retry).
+    refused: std::collections::HashSet<u32>,
     /// Rejections per class and reason.
     pub rejections: [[u64; 2]; 2],
 }
@@ -64,6 +70,7 @@ impl Gate {
             replica_sessions: replica_sessions.max(1),
             deadline_s,
             queue: VecDeque::new(),
+            refused: std::collections::HashSet::new(),
             rejections: [[0; 2]; 2],
         }
     }
@@ -105,13 +112,13 @@ impl Gate {
 
     /// Feeds a load observation (the queue depth is added here).
     pub fn observe(&mut self, t_s: f64, mut load: Load) -> Option<Transition> {
-        load.queue = self.queue.len() as f64;
+        load.queue = self.queue.iter().filter(|w| !w.retry).count() as f64;
         self.manager.observe(t_s, &load)
     }
 
     /// Tries to start a session of `class` now, without queueing.
     fn try_start(&self, router: &mut Router, class: Class) -> Decision {
-        if self.knobs.priority(class) < self.mode().min_priority() {
+        if self.knobs.priority(class) < self.floor() {
             return Decision::Queued;
         }
         let Some(r) = router.admit(class) else { return Decision::NoRoute };
@@ -122,18 +129,31 @@ impl Gate {
         Decision::Admit(r)
     }
 
+    /// The lowest priority admitted now: the mode's, but never above the
+    /// highest class's (revised 2026-12-06: no mode shuts the service; the
+    /// most degraded mode still admits the highest class at its share).
+    pub fn floor(&self) -> super::degradation::Priority {
+        let top = self.knobs.premium.max(self.knobs.freemium);
+        self.mode().min_priority().min(top)
+    }
+
     /// A new session of `class` from client `client` asks to start at
     /// `t_s`. Sessions already waiting go first.
     pub fn request(&mut self, router: &mut Router, client: u32, class: Class, t_s: f64) -> Decision {
         let decision = if self.queue.is_empty() { self.try_start(router, class) } else { Decision::Queued };
         if decision != Decision::Queued {
+            if matches!(decision, Decision::Admit(_)) {
+                self.refused.remove(&client);
+            }
             return decision;
         }
         if self.queue.len() >= self.knobs.queue_capacity {
             self.rejections[class.idx()][1] += 1;
+            self.refused.insert(client);
             return Decision::Rejected(REJECT_FULL);
         }
-        self.queue.push_back(Waiting { client, class, since_s: t_s });
+        let retry = self.refused.contains(&client);
+        self.queue.push_back(Waiting { client, class, since_s: t_s, retry });
         Decision::Queued
     }
 
@@ -145,7 +165,10 @@ impl Gate {
         let mut keep = VecDeque::new();
         while let Some(w) = self.queue.pop_front() {
             match self.try_start(router, w.class) {
-                Decision::Admit(r) => admitted.push((w, r)),
+                Decision::Admit(r) => {
+                    self.refused.remove(&w.client);
+                    admitted.push((w, r));
+                }
                 _ => keep.push_back(w),
             }
         }
@@ -160,6 +183,7 @@ impl Gate {
         self.queue = keep.into();
         for w in &gone {
             self.rejections[w.class.idx()][0] += 1;
+            self.refused.insert(w.client);
         }
         gone
     }
@@ -211,13 +235,29 @@ mod tests {
     }
 
     #[test]
-    fn survival_queues_below_critical_and_the_deadline_rejects_and_counts() {
-        let mut g = gate();
+    fn survival_admits_only_the_highest_class_and_the_deadline_rejects_and_counts() {
+        let knobs = DegradationKnobs {
+            queue_capacity: 3,
+            queue_deadline_ms: 2000,
+            min_mode_duration_s: Some(0.0),
+            premium: Priority::Normal,
+            ..Default::default()
+        };
+        let mut g = Gate::new(knobs, 1.0, 10);
         let mut r = router();
         assert!(matches!(g.request(&mut r, 0, Class::P, 0.0), Decision::Admit(_)));
         g.observe(1.0, Load { cpu_pct: Some(99.0), ..Default::default() });
         assert_eq!(g.mode(), Mode::Survival);
-        for (c, class) in [(1, Class::P), (2, Class::F), (3, Class::F)] {
+        assert_eq!(g.floor(), Priority::Normal, "Survival's Critical floor comes down to the highest class");
+        // Both classes Normal here: both admitted at Survival's 30 % share
+        // (3 sessions of 10 per replica).
+        let mut g = gate();
+        let mut r = router();
+        assert!(matches!(g.request(&mut r, 0, Class::P, 0.0), Decision::Admit(_)));
+        g.observe(1.0, Load { cpu_pct: Some(99.0), ..Default::default() });
+        assert_eq!((g.mode(), g.floor()), (Mode::Survival, Priority::High), "Premium (High) still admitted");
+        assert!(matches!(g.request(&mut r, 9, Class::P, 1.0), Decision::Admit(_)));
+        for (c, class) in [(1, Class::F), (2, Class::F), (3, Class::F)] {
             assert_eq!(g.request(&mut r, c, class, 1.0), Decision::Queued);
         }
         assert_eq!(g.request(&mut r, 4, Class::F, 1.5), Decision::Rejected(REJECT_FULL), "capacity 3");
@@ -225,8 +265,18 @@ mod tests {
         assert!(g.drain(&mut r).is_empty(), "still Survival");
         let gone = g.expire(3.0);
         assert_eq!(gone.len(), 3);
-        assert_eq!(g.rejections, [[1, 0], [2, 1]], "P: 1 deadline; F: 2 deadline + 1 full");
-        assert_eq!((g.rejected(Class::P), g.rejected(Class::F), g.queued()), (1, 3, 0));
+        assert_eq!(g.rejections, [[0, 0], [3, 1]], "F: 3 deadline + 1 full");
+        assert_eq!((g.rejected(Class::P), g.rejected(Class::F), g.queued()), (0, 4, 0));
+        // The refused clients come back: retries, not fresh queue depth.
+        g.observe(4.0, Load { cpu_pct: Some(10.0), ..Default::default() });
+        assert_eq!(g.mode(), Mode::Normal);
+        g.observe(5.0, Load { cpu_pct: Some(99.0), ..Default::default() });
+        for c in 1..=3 {
+            assert_eq!(g.request(&mut r, c, Class::F, 5.0), Decision::Queued);
+        }
+        assert!(g.queue.iter().all(|w| w.retry));
+        g.observe(6.0, Load { cpu_pct: Some(10.0), ..Default::default() });
+        assert_eq!(g.mode(), Mode::Normal, "retries hold no mode");
     }
 
     #[test]

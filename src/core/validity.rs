@@ -20,6 +20,15 @@
 //!   not capacity.
 //! - **Phase length.** A phase shorter than a typical session mixes
 //!   sessions placed before and after its change.
+//! - **Progress** (revised 2026-12-06: checks hold in every regime). A
+//!   class that wants service (sessions in a query, thinking, connecting,
+//!   waiting at the admission gate, or refused or aborted and retrying) and
+//!   completes no query for a window W got no service: every figure of
+//!   that stretch is the absence of one. W is the class's own time scale,
+//!   `max(10 s, min(30 s, 5 x its baseline p95), 5 x its mean think time)`
+//!   ([`window_s`]): a class that is merely slow never fails it, and 30
+//!   s with no answer to any of its open queries is no service whatever
+//!   its baseline was.
 
 use crate::core::model::Class;
 use serde::{Deserialize, Serialize};
@@ -53,6 +62,8 @@ pub enum CheckKind {
     Timeouts,
     /// No phase is shorter than a typical session.
     PhaseLength,
+    /// No class that wants service goes a window without a completed query.
+    Progress,
 }
 
 impl fmt::Display for CheckKind {
@@ -61,6 +72,7 @@ impl fmt::Display for CheckKind {
             CheckKind::BaselineSteady => "baseline steady",
             CheckKind::Timeouts => "time-outs",
             CheckKind::PhaseLength => "phase length",
+            CheckKind::Progress => "progress",
         })
     }
 }
@@ -199,6 +211,81 @@ fn phase_length(books: &[PhaseBooks], session_s: f64) -> Check {
     }
 }
 
+/// The floor of the progress check's window, s.
+pub const PROGRESS_FLOOR_S: f64 = 10.0;
+
+/// The ceiling of the latency part of the progress check's window, s.
+pub const PROGRESS_LATENCY_CAP_S: f64 = 30.0;
+
+/// The progress check's window W for a class whose baseline p95 is
+/// `baseline_p95_ms` (if it completed any) and whose mean think time is
+/// `think_ms`: `max(10 s, min(30 s, 5 x p95), 5 x think)`.
+pub fn window_s(baseline_p95_ms: Option<f64>, think_ms: f64) -> f64 {
+    let latency = (5.0 * baseline_p95_ms.unwrap_or(0.0) / 1000.0).min(PROGRESS_LATENCY_CAP_S);
+    PROGRESS_FLOOR_S.max(latency).max(5.0 * think_ms / 1000.0)
+}
+
+/// One class's seconds, as the progress check reads them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Seconds {
+    /// The class.
+    pub class: Class,
+    /// Per whole second of the run: queries completed, and whether the
+    /// class wanted service (open sessions, waiting, refused or aborted).
+    pub completed: Vec<u64>,
+    /// See `completed`.
+    pub wanting: Vec<bool>,
+    /// Its window W, s ([`window_s`]).
+    pub window_s: f64,
+}
+
+/// The longest stretch `[first, last]` of seconds in which the class
+/// completed nothing, counted from the first to the last second in it
+/// that the class wanted service (clients backing off between refusals
+/// still want it).
+pub fn longest_starved(s: &Seconds) -> Option<(usize, usize)> {
+    let mut best: Option<(usize, usize)> = None;
+    let mut open: Option<(usize, usize)> = None;
+    for (t, (&done, &want)) in s.completed.iter().zip(&s.wanting).enumerate() {
+        if done > 0 {
+            open = None;
+            continue;
+        }
+        if want {
+            open = Some(open.map_or((t, t), |(a, _)| (a, t)));
+        }
+        if let Some((a, b)) = open {
+            if best.is_none_or(|(x, y)| b - a > y - x) {
+                best = Some((a, b));
+            }
+        }
+    }
+    best
+}
+
+/// The progress check over every class; `phase_of` names the phases a
+/// stretch of seconds covers.
+pub fn progress(classes: &[Seconds], phase_of: impl Fn(usize, usize) -> String) -> Check {
+    let starved: Vec<String> = classes
+        .iter()
+        .filter_map(|s| {
+            let (a, b) = longest_starved(s)?;
+            let len = (b - a + 1) as f64;
+            (len >= s.window_s).then(|| {
+                format!(
+                    "{}: no query completed for {len:.0} s ({a}-{} s: {}) while it wanted service (W {:.0} s)",
+                    s.class,
+                    b + 1,
+                    phase_of(a, b),
+                    s.window_s
+                )
+            })
+        })
+        .collect();
+    let ok = "every class that wanted service completed a query at least once per its window W (max(10 s, min(30 s, 5 x baseline p95), 5 x think))";
+    check(CheckKind::Progress, &starved, ok.into())
+}
+
 fn check(kind: CheckKind, failures: &[String], ok_detail: String) -> Check {
     match failures {
         [] => Check { kind, ok: true, detail: ok_detail },
@@ -270,6 +357,33 @@ mod tests {
             let got: Vec<bool> = judge(&l, [p, f], &b, s).iter().map(|c| c.ok).collect();
             assert_eq!(got, want, "case {i}");
         }
+    }
+
+    #[test]
+    fn progress_fails_a_class_that_wants_service_and_gets_none_for_its_window() {
+        let secs =
+            |completed: Vec<u64>, wanting: Vec<bool>| Seconds { class: Class::P, completed, wanting, window_s: 10.0 };
+        let mut done = vec![5u64; 60];
+        done[20..32].iter_mut().for_each(|d| *d = 0);
+        let starving = secs(done.clone(), vec![true; 60]);
+        assert_eq!(longest_starved(&starving), Some((20, 31)));
+        let c = progress(&[starving], |a, b| format!("{a}..{b}"));
+        assert!(!c.ok && c.detail.starts_with("P: no query completed for 12 s (20-32 s: 20..31)"), "{}", c.detail);
+        // Nobody wanted service for most of the gap (clients between
+        // sessions): 20 and 25 want it, so the stretch is 6 s.
+        let mut want = vec![false; 60];
+        want[20] = true;
+        want[25] = true;
+        assert_eq!(longest_starved(&secs(done.clone(), want.clone())), Some((20, 25)));
+        assert!(progress(&[secs(done.clone(), want)], |_, _| String::new()).ok);
+        // Nine seconds of nothing is within W.
+        let mut short = vec![5u64; 60];
+        short[10..19].iter_mut().for_each(|d| *d = 0);
+        assert!(progress(&[secs(short, vec![true; 60])], |_, _| String::new()).ok);
+        assert_eq!(window_s(Some(4000.0), 50.0), 20.0);
+        assert_eq!(window_s(None, 50.0), 10.0);
+        assert_eq!(window_s(Some(100.0), 3000.0), 15.0);
+        assert_eq!(window_s(Some(60_000.0), 50.0), 30.0, "the latency part is capped");
     }
 
     #[test]

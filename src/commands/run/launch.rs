@@ -34,6 +34,11 @@ pub fn control(plan: &Plan) -> Controller {
     Controller::new(Router::new(plan.router.clone()), plan.watch.clone(), plan.gate.clone(), plan.cpus, timeout_ms)
 }
 
+/// The verdict of a simulator run whose clock stopped advancing: the run
+/// stops there, its folder is written as a partial run's, and the command
+/// fails whatever `--checks` says.
+pub const SIM_PROGRESS: &str = "simulator progress";
+
 /// Runs the plan on the simulator.
 pub fn run_sim(plan: &Plan, mut collector: Collector) -> (Collector, BackendOutcome) {
     let out = sim::run(
@@ -51,8 +56,14 @@ pub fn run_sim(plan: &Plan, mut collector: Collector) -> (Collector, BackendOutc
     );
     let outcome = BackendOutcome {
         in_flight: out.in_flight,
+        partial: out.stalled.is_some(),
         cpu_budget_enforced: false,
         max_connections: Some(plan.max_connections),
+        verdicts: out
+            .stalled
+            .map(|why| Verdict { name: SIM_PROGRESS.into(), ok: false, detail: why })
+            .into_iter()
+            .collect(),
         ..Default::default()
     };
     (collector, outcome)

@@ -56,6 +56,13 @@ pub fn run(args: RunArgs) -> Result<(), Error> {
     for line in failed_check_lines(&out.summary, plan.checks, None) {
         eprintln!("{line}");
     }
+    if let Some(v) = out.summary.verdicts.iter().find(|v| v.name == launch::SIM_PROGRESS && !v.ok) {
+        return Err(Error::Run(anyhow::anyhow!(
+            "{}; the books up to there were written to {}",
+            v.detail,
+            plan.out.display()
+        )));
+    }
     if let Some(signal) = out.summary.interrupted_by {
         return Err(Error::Interrupted {
             signal,
@@ -343,8 +350,36 @@ fn degradation_verdict(plan: &Plan, m: &RunMetrics) -> Option<Verdict> {
 /// verdicts: baseline steady, time-outs, phase length.
 fn validity_verdicts(plan: &Plan, m: &RunMetrics) -> Vec<Verdict> {
     let p95 = Class::ALL.map(|c| baseline_p95(m, c));
-    let checks = validity::judge(&Limits::default(), [&p95[0], &p95[1]], &phase_books(m), typical_session_s(plan));
+    let mut checks = validity::judge(&Limits::default(), [&p95[0], &p95[1]], &phase_books(m), typical_session_s(plan));
+    checks.push(validity::progress(&class_seconds(plan, m), |a, b| phases_between(m, a, b)));
     checks.into_iter().map(|c| Verdict { name: c.kind.to_string(), ok: c.ok, detail: c.detail }).collect()
+}
+
+/// Each class's seconds for the progress check: completions, whether it
+/// wanted service, and its window from its baseline p95 and think time.
+fn class_seconds(plan: &Plan, m: &RunMetrics) -> Vec<validity::Seconds> {
+    Class::ALL
+        .into_iter()
+        .map(|class| {
+            let rows: Vec<_> = m.timeseries.iter().filter(|r| r.class == class).collect();
+            let base = m.phases.iter().find(|r| r.phase == BASELINE && r.class == class).and_then(|r| r.p95_ms);
+            validity::Seconds {
+                class,
+                completed: rows.iter().map(|r| r.completed).collect(),
+                wanting: rows.iter().map(|r| r.active_sessions > 0 || r.wanting > 0).collect(),
+                window_s: validity::window_s(base, plan.workload.session.think_ms),
+            }
+        })
+        .collect()
+}
+
+/// The phases that seconds `a..=b` touch, in order ("down2, rejoin1").
+fn phases_between(m: &RunMetrics, a: usize, b: usize) -> String {
+    let (from, to) = (a as f64, (b + 1) as f64);
+    let mut names: Vec<&str> =
+        m.phases.iter().filter(|r| r.start_s < to && r.end_s > from).map(|r| r.phase.as_str()).collect();
+    names.dedup();
+    names.join(", ")
 }
 
 /// The books of every non-warmup phase and class: sessions ended there

@@ -129,6 +129,10 @@ struct SecondAgg {
     wait_max_ms: Option<f64>,
     latency_ms: SecondLatency,
     active: u32,
+    /// Sessions refused or aborted in this second, and those waiting at
+    /// the admission gate at its sample: demand the class had beside its
+    /// active sessions (the progress check's).
+    wanting: u32,
 }
 
 /// Owns every aggregate of a run.
@@ -171,6 +175,13 @@ pub struct QueueBooks {
     pub waiting: [u64; 2],
 }
 
+impl QueueBooks {
+    /// Sessions waiting in the queue now, per class.
+    fn waiting_now(&self) -> [u32; 2] {
+        [0, 1].map(|c| self.joined[c].saturating_sub(self.admitted[c] + self.expired[c]) as u32)
+    }
+}
+
 /// A row of phases.csv (column order is the public contract).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PhaseRow {
@@ -210,6 +221,12 @@ pub struct SeriesRow {
     pub goodput_qps: f64,
     pub p95_ms: Option<f64>,
     pub active_sessions: u32,
+    /// Sessions of the class that wanted service in this second beside the
+    /// active ones: refused or aborted in it, or waiting at the admission
+    /// gate at its end. Not a timeseries.csv column (the progress check
+    /// reads it at run time).
+    #[serde(skip)]
+    pub wanting: u32,
 }
 
 /// One second `[t_s, t_s + 1)` of the run.
@@ -333,7 +350,8 @@ impl Collector {
     pub fn new(phases: Vec<Phase>, replicas: usize, cpus: f64, raw: bool) -> Collector {
         let end = phases.last().map_or(0.0, |p| p.end_s);
         let secs = end.ceil().max(1.0) as usize;
-        let second = || SecondAgg { completed: 0, wait_max_ms: None, latency_ms: SecondLatency::Empty, active: 0 };
+        let second =
+            || SecondAgg { completed: 0, wait_max_ms: None, latency_ms: SecondLatency::Empty, active: 0, wanting: 0 };
         Collector {
             per_phase: phases.iter().map(|_| [ClassAgg::new(), ClassAgg::new()]).collect(),
             phases,
@@ -401,6 +419,7 @@ impl Collector {
             goodput_qps: s.completed as f64,
             p95_ms: s.latency_ms.p95().map(|ms| ms as f64),
             active_sessions: s.active,
+            wanting: s.wanting,
         }
     }
 
@@ -485,6 +504,8 @@ impl Collector {
         self.last_record_s = self.last_record_s.max(s.end_s);
         if s.abort.is_some() {
             self.flow_at(s.end_s, s.replica).aborted += 1;
+            let sec = self.second(s.end_s);
+            self.seconds[sec][s.class.idx()].wanting += 1;
         }
         let agg = &mut self.per_phase[locate(&self.phases, s.end_s)][s.class.idx()];
         match s.abort {
@@ -512,6 +533,8 @@ impl Collector {
         record(&mut agg.queued_ms, (waited_s.max(0.0) * 1000.0).round() as u64);
         if let Some(reason) = rejected {
             agg.rejected += 1;
+            let sec = self.second(t_s);
+            self.seconds[sec][c].wanting += 1;
             *self.rejections.entry((class, reason.to_string())).or_default() += 1;
         }
         match (from_queue, rejected) {
@@ -590,8 +613,10 @@ impl Collector {
         if let Some(rows) = &mut self.role_rows {
             rows.extend(fleet::role_rows(r4(t_s), &seen));
         }
-        for (agg, n) in self.seconds[sec].iter_mut().zip(active) {
+        let waiting = self.queue.waiting_now();
+        for ((agg, n), w) in self.seconds[sec].iter_mut().zip(active).zip(waiting) {
             agg.active = n;
+            agg.wanting += w;
         }
         // Seconds no record can reach any more keep only their p95.
         let settled = sec.saturating_sub(SecondLatency::SETTLE_S);

@@ -78,7 +78,15 @@ fn synthetic(partial: bool, workload: &str) -> (Summary, RunMetrics) {
                 let g = if class == Class::P { 20.0 } else { 60.0 } * if (90..150).contains(&t) { 0.8 } else { 1.0 };
                 let gap = class == Class::F && (100..104).contains(&t);
                 let p95 = (!gap).then(|| if (90..100).contains(&t) { 900.0 } else { 80.0 });
-                SeriesRow { t_s: t, class, completed: g as u64, goodput_qps: g, p95_ms: p95, active_sessions: 10 }
+                SeriesRow {
+                    t_s: t,
+                    class,
+                    completed: g as u64,
+                    goodput_qps: g,
+                    p95_ms: p95,
+                    active_sessions: 10,
+                    wanting: 0,
+                }
             })
         })
         .collect();
