@@ -547,3 +547,40 @@ fn sigkill_leaves_an_orphan_that_the_next_command_removes() {
         assert!(!cg.exists(), "cgroup {} is still there", cg.display());
     }
 }
+
+/// A class starved on purpose on the real cluster fails the progress check
+/// (design.md §4, revised 2026-12-06): the paper's workload at T=100 under
+/// 3RR+2RR, whose three Premium replicas are all paused (SIGSTOP) halfway
+/// through a run at time scale 0.2 (60 s): Premium's open sessions hang,
+/// its new ones find no replica, and it completes nothing for the last 36
+/// s while Freemium goes on. The run exits 1 naming Premium in the
+/// progress check, and Freemium is not named. About 75 s.
+#[test]
+fn a_starved_class_fails_the_progress_check_on_the_real_cluster() {
+    if !have_postgres() {
+        return;
+    }
+    let _one = serial();
+    let sb = Sandbox::new("starved");
+    let faults = sb.root.join("premium-paused.toml");
+    let events: String = ["r1", "r2", "r3"]
+        .iter()
+        .map(|r| format!("[[event]]\nt_s = 120\nreplica = \"{r}\"\naction = \"pause\"\n\n"))
+        .collect();
+    std::fs::write(&faults, events).unwrap();
+    let args = ["--time-scale", "0.2", "--T", "100", "--workload", "paper", "--checks", "fail"];
+    let mut run = Running::start(&sb, faults.to_str().unwrap(), &[&args[..], &["--strategy", "rr-split"]].concat());
+    let status = run.finish(RUN_LIMIT);
+    let err = sb.stderr();
+    assert_eq!(status.code(), Some(1), "{err}");
+    let line = err.lines().find_map(|l| l.strip_prefix("plbbench: check failed: progress: ")).expect(&err);
+    assert!(line.starts_with("P: no query completed for ") && !line.contains("F: "), "{line}");
+    let starved: f64 = line["P: no query completed for ".len()..].split(' ').next().unwrap().parse().unwrap();
+    assert!(starved >= 25.0, "Premium starved for {starved} s: {line}");
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(sb.out().join("summary.json")).unwrap()).unwrap();
+    let progress =
+        s["verdicts"].as_array().unwrap().iter().find(|v| v["name"] == "progress").expect("a progress verdict");
+    assert_eq!(progress["ok"], Value::Bool(false));
+    let enforced = s["environment"]["cpu_budget_enforced"].as_bool().expect("cpu_budget_enforced");
+    assert_cleaned_up(&sb, &run.seen, enforced);
+}

@@ -151,6 +151,10 @@ pub enum ControlEvent {
     },
     /// A session joined the admission queue.
     Queued(Class),
+    /// A session of this class asked to start at this time and no replica
+    /// could take it (its client backs off and retries): demand the
+    /// progress check counts.
+    NoRoute(Class, f64),
 }
 
 impl ControlEvent {
@@ -162,6 +166,7 @@ impl ControlEvent {
                 col.admission(class, t_s, waited_s, from_queue, rejected)
             }
             ControlEvent::Queued(class) => col.queued(class),
+            ControlEvent::NoRoute(class, t_s) => col.unrouted(class, t_s),
         }
     }
 }
@@ -286,6 +291,9 @@ impl Controller {
                 Decision::NoRoute => Admission::NoRoute,
             },
         };
+        if admission == Admission::NoRoute {
+            self.events.push(ControlEvent::NoRoute(class, now_s));
+        }
         self.roles(now_s);
         admission
     }

@@ -123,20 +123,23 @@ impl<'a> Running<'a> {
     /// Runs get `--checks warn` unless `args` name `--checks`: most tests
     /// here are not about run validity, and their time-scaled or loaded
     /// runs fail the phase-length or time-out checks. They run the steady
-    /// workload (`analytics`) unless `args` name `--workload`: they test
+    /// workload (`analytics`) with PLB unless `args` name `--workload` or
+    /// `--strategy`: they test
     /// the machinery (faults, clean-up, CPU accounting) with CPU headroom
     /// known, not the paper's saturated regime.
     fn start_with(sb: &'a Sandbox, cluster: &str, faults: &str, args: &[&str], env: &[(&str, &str)]) -> Running<'a> {
         let file = |n: &str| Stdio::from(std::fs::File::create(sb.root.join(n)).unwrap());
         let checks: &[&str] = if args.contains(&"--checks") { &[] } else { &["--checks", "warn"] };
         let workload: &[&str] = if args.contains(&"--workload") { &[] } else { &["--workload", "analytics"] };
+        let strategy: &[&str] = if args.contains(&"--strategy") { &[] } else { &["--strategy", "plb"] };
         let child = Command::new(env!("CARGO_BIN_EXE_plbbench"))
-            .args(["run", "--cluster", cluster, "--strategy", "plb", "-q", "--faults"])
+            .args(["run", "--cluster", cluster, "-q", "--faults"])
             .arg(faults)
             .arg("--out")
             .arg(sb.out())
             .args(checks)
             .args(workload)
+            .args(strategy)
             .args(args)
             .env("PLBBENCH_STATE_DIR", sb.state_dir())
             .envs(env.iter().copied())

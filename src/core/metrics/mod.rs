@@ -544,6 +544,13 @@ impl Collector {
         }
     }
 
+    /// A session of `class` found no replica to take it at `t_s` (its
+    /// client backs off and retries): demand, for the progress check.
+    pub fn unrouted(&mut self, class: Class, t_s: f64) {
+        let sec = self.second(t_s);
+        self.seconds[sec][class.idx()].wanting += 1;
+    }
+
     /// A session joined the admission queue.
     pub fn queued(&mut self, class: Class) {
         self.queue.joined[class.idx()] += 1;
