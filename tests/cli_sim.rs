@@ -50,7 +50,7 @@ fn sim_run_writes_every_file_and_is_reproducible() {
     let header = String::from_utf8(read(&a)).unwrap().lines().next().unwrap().to_string();
     assert_eq!(
         header,
-        "phase,start_s,end_s,survivors,class,completed,goodput_qps,retention,p50_ms,p95_ms,p99_ms,inflation_p95,sessions_ended,lifetime_mean_s,lifetime_p95_s,errors,aborted_sessions,cpu_mean,cpu_cv,rejected,queued_ms_p95"
+        "phase,start_s,end_s,survivors,class,completed,goodput_qps,retention,p50_ms,p95_ms,p99_ms,inflation_p95,sessions_ended,lifetime_mean_s,lifetime_p95_s,errors,aborted_sessions,cpu_mean,cpu_cv,rejected,queued_ms_p95,login_p50_ms,login_p95_ms,login_p99_ms,login_max_ms,logins_waiting"
     );
     let events = std::fs::read_to_string(a.join("events.csv")).unwrap();
     assert!(events.contains("fault,r1,Down") && events.contains("detect,r1,down"), "{events}");
@@ -74,7 +74,7 @@ fn format_json_prints_one_object_for_scripts() {
     assert_eq!(v["out"], dir.to_str().unwrap());
     assert_eq!(v["report"], dir.join("report.html").to_str().unwrap());
     assert_eq!(v["summary"], summary_of(&dir), "the summary is summary.json's");
-    assert_eq!(v["summary"]["schema_version"], 1);
+    assert_eq!(v["summary"]["schema_version"], 2);
     let failed: Vec<&str> = v["failed_checks"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
     assert!(failed.contains(&"phase length"), "{failed:?}");
     assert!(!text(&out.stdout).contains("goodput_qps  retention"), "no text table");
@@ -613,13 +613,13 @@ fn an_overloaded_run_fails_its_checks_loudly_and_warn_downgrades_them() {
         "{err}"
     );
     assert!(err.contains("plbbench: check failed: time-outs: baseline "), "{err}");
-    assert!(err.contains("plbbench: error: the run failed 2 of 5 checks"), "{err}");
+    assert!(err.contains("plbbench: error: the run failed 2 of 6 checks"), "{err}");
     let checks = err.lines().filter(|l| l.starts_with("plbbench: check failed: ")).count();
     assert_eq!(checks, 2, "one line per failed check: {err}");
     let stdout = text(&out.stdout);
     assert!(stdout.starts_with("plb · mix 25:75 · T=5000 · faults premium-fault · sim cluster\n"), "{stdout}");
     assert!(stdout.contains("\naborted sessions: P ") && stdout.contains("too many clients"), "{stdout}");
-    assert!(stdout.contains("\nchecks: 2 of 5 FAILED (baseline steady, time-outs)\n"), "{stdout}");
+    assert!(stdout.contains("\nchecks: 2 of 6 FAILED (baseline steady, time-outs)\n"), "{stdout}");
     let s = summary_of(&fail);
     assert_eq!(s["settings"]["checks"], "fail");
     let want = [
@@ -628,10 +628,11 @@ fn an_overloaded_run_fails_its_checks_loudly_and_warn_downgrades_them() {
         ("time-outs", false),
         ("phase length", true),
         ("progress", true),
+        ("login wait", true),
     ];
     assert_eq!(verdicts(&s), want.map(|(n, ok)| (n.to_string(), ok)));
     let banner = top_banner(&fail);
-    assert!(banner.contains("FAILED 2 OF 5 CHECKS") && banner.contains("do not measure what they claim"), "{banner}");
+    assert!(banner.contains("FAILED 2 OF 6 CHECKS") && banner.contains("do not measure what they claim"), "{banner}");
     assert!(banner.contains("<b>baseline steady</b>") && banner.contains("<b>time-outs</b>"), "{banner}");
     assert!(!banner.contains("downgraded"), "{banner}");
 
@@ -675,10 +676,10 @@ fn a_healthy_run_passes_every_check() {
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(!err.contains("check failed"), "{err}");
-    assert!(text(&out.stdout).contains("\nchecks: all 5 passed\n"), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("\nchecks: all 6 passed\n"), "{}", text(&out.stdout));
     let s = summary_of(&dir);
     let names: Vec<String> = verdicts(&s).into_iter().filter(|v| v.1).map(|v| v.0).collect();
-    assert_eq!(names, ["accounting", "baseline steady", "time-outs", "phase length", "progress"]);
+    assert_eq!(names, ["accounting", "baseline steady", "time-outs", "phase length", "progress", "login wait"]);
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(!html.contains("failing-verdicts"));
     std::fs::remove_dir_all(dir).unwrap();

@@ -244,7 +244,11 @@ fn fault_run_writes_a_complete_consistent_folder() {
     }
     for r in f.phases.iter().filter(|r| r["phase"] != "warmup") {
         assert!(num(r, "completed") > 0.0, "no completed {} queries in {}: {r:?}", r["class"], r["phase"]);
+        // Login waits (issue 48): every phase logs sessions in on the real cluster.
+        let (p50, p95, max) = (num(r, "login_p50_ms"), num(r, "login_p95_ms"), num(r, "login_max_ms"));
+        assert!(0.0 < p50 && p50 <= p95 && p95 <= max && max < 120_000.0, "login waits: {r:?}");
     }
+    assert!(f.series.iter().all(|r| !r["logins_waiting"].is_empty()), "timeseries.csv has logins_waiting");
     assert_consistent(f);
     assert_sessions_well_formed(&f.queries);
     let secs = f.series.iter().map(|r| num(r, "t_s")).fold(0.0, f64::max);
@@ -268,6 +272,7 @@ fn fault_run_writes_a_complete_consistent_folder() {
         "{status:?}"
     );
     assert!(status.iter().any(|l| l.contains("up 4/5")), "the Down of r1 shows: {status:?}");
+    assert!(status.iter().all(|l| l.contains("  logins waiting P ")), "{status:?}");
     // --stream: a line per second whose completed queries are exactly the
     // folder's (the collector, not task scheduling, decides what counts).
     let lines: Vec<Value> = run.stream.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
@@ -581,6 +586,12 @@ fn a_starved_class_fails_the_progress_check_on_the_real_cluster() {
     let progress =
         s["verdicts"].as_array().unwrap().iter().find(|v| v["name"] == "progress").expect("a progress verdict");
     assert_eq!(progress["ok"], Value::Bool(false));
+    // Its logins wait for the paused replicas (no login deadline) or for a
+    // replica to take them: the last phase ends with Premium logins waiting,
+    // the oldest about as long as the starvation.
+    let last_p = s["phases"].as_array().unwrap().iter().rfind(|r| r["class"] == "P").unwrap();
+    assert!(last_p["logins_waiting"].as_u64().unwrap() > 0, "{last_p}");
+    assert!(last_p["login_max_ms"].as_f64().unwrap() >= 20_000.0, "{last_p}");
     let enforced = s["environment"]["cpu_budget_enforced"].as_bool().expect("cpu_budget_enforced");
     assert_cleaned_up(&sb, &run.seen, enforced);
 }

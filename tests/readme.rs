@@ -3,7 +3,7 @@
 //! real binary, with `/tmp/try` moved to a temporary folder. Each command
 //! is looked up in README.md verbatim first, so an edit of the README that
 //! is not run here fails this test, and so does a claim it makes about the
-//! output (`checks: all 5 passed`).
+//! output (`checks: all 6 passed`).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -37,8 +37,10 @@ fn the_quick_try_out_runs_as_printed() {
     let base = base.to_str().unwrap();
     let first = "target/release/plbbench run --cluster sim --strategy plb --faults cascade --out /tmp/try";
     let out = run(first, base);
-    assert!(README.contains("`checks: all 5 passed`"), "the README's claim changed");
-    assert!(out.contains("checks: all 5 passed"), "{out}");
+    assert!(README.contains("`checks: all 6 passed`"), "the README's claim changed");
+    assert!(out.contains("checks: all 6 passed"), "{out}");
+    assert!(README.contains("T=1000\nis 6.46x the 155 clients") && out.contains("T=1000 is 6.46x N*=155"), "{out}");
+    assert!(out.contains("\nbaseline logins: wait p95 P "), "{out}");
     assert!(std::path::Path::new(base).join("report.html").is_file());
     assert!(README.contains("`--strategy rr --out /tmp/try-rr`"));
     let again = first.replace("--strategy plb", "--strategy rr").replace("--out /tmp/try", "--out /tmp/try-rr");

@@ -8,7 +8,11 @@
 //!   is read from timeseries.csv alone, independently of the check's code,
 //!   as 31 seconds in a row or more in which it had sessions open and
 //!   completed no query (the progress check's window is at most 30 s
-//!   unless the workload thinks for longer, which neither built-in does).
+//!   unless the workload thinks for longer, which neither built-in does);
+//! - no run in which a login waited past the login-wait check's 120 s
+//!   after the warm-up passes every check: the wait is read from
+//!   timeseries.csv's `login_oldest_ms`, the per-second series, not from
+//!   the phase rows the check reads.
 
 use proptest::prelude::*;
 use std::path::Path;
@@ -33,6 +37,22 @@ fn longest_starved(dir: &Path, class: &str) -> u32 {
         best = best.max(run);
     }
     best
+}
+
+/// The longest a login of either class had waited at any sample after the
+/// warm-up, ms, from timeseries.csv (the second ending at `t_s + 1`).
+fn oldest_login_after_warmup(dir: &Path) -> f64 {
+    let phases = csv::Reader::from_path(dir.join("phases.csv")).unwrap().into_records().next().unwrap().unwrap();
+    let warm_end: f64 = phases[2].parse().unwrap();
+    let mut r = csv::Reader::from_path(dir.join("timeseries.csv")).unwrap();
+    let h = r.headers().unwrap().clone();
+    let col = |name: &str| h.iter().position(|c| c == name).unwrap();
+    let (t, oldest) = (col("t_s"), col("login_oldest_ms"));
+    r.records()
+        .map(|rec| rec.unwrap())
+        .filter(|rec| rec[t].parse::<f64>().unwrap() >= warm_end)
+        .filter_map(|rec| rec[oldest].parse::<f64>().ok())
+        .fold(0.0, f64::max)
 }
 
 proptest! {
@@ -83,6 +103,11 @@ proptest! {
         if starved.iter().any(|&s| s >= 31) {
             prop_assert_eq!(status.code(), Some(1), "{:?}: starved {:?} s yet every check passed", args, starved);
             prop_assert!(err.contains("check failed: progress: "), "{:?}: {}", args, err);
+        }
+        let oldest = oldest_login_after_warmup(&dir);
+        if oldest > 120_000.0 {
+            prop_assert_eq!(status.code(), Some(1), "{:?}: a login waited {} ms yet every check passed", args, oldest);
+            prop_assert!(err.contains("check failed: login wait: "), "{:?}: {}", args, err);
         }
         let _ = std::fs::remove_dir_all(&dir);
     }

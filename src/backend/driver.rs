@@ -32,7 +32,7 @@ use crate::backend::waiting::{Asked, Control};
 use crate::cluster::{Cluster, Fault};
 use crate::core::control::{Confirm, ControlEvent, Controller};
 use crate::core::faults::Open;
-use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
+use crate::core::metrics::{Collector, LoginRecord, LoginStep, QueryRecord, ReplicaSample, SessionRecord};
 use crate::core::model::{AbortReason, Class, ConnectError, EventKind, FaultEvent, QueryError, ReplicaId, Role};
 use crate::core::saturation::{GeneratorLoad, GeneratorReport};
 use crate::core::schedule::Client;
@@ -57,6 +57,8 @@ enum Msg {
     /// A session the router admitted: class, replica, run time.
     Started(Class, ReplicaId, f64),
     Ended(SessionRecord),
+    /// A step of a session's login.
+    Login(LoginRecord),
     /// An event row or admission record from the controller.
     Control(ControlEvent),
     Sample(f64, Vec<ReplicaSample>),
@@ -75,6 +77,7 @@ impl Msg {
             Msg::Query(q) => Line::Query(q.clone()),
             Msg::Started(class, replica, t_s) => Line::Session { class: *class, replica: *replica, t_s: *t_s },
             Msg::Ended(s) => Line::Ended(s.clone()),
+            Msg::Login(l) => Line::Login(*l),
             Msg::Lag(s) => Line::Lag { s: *s },
             _ => return None,
         })
@@ -87,6 +90,7 @@ impl From<Record> for Msg {
             Record::Query(q) => Msg::Query(q),
             Record::Session(c, r, t) => Msg::Started(c, r, t),
             Record::Ended(s) => Msg::Ended(s),
+            Record::Login(l) => Msg::Login(l),
             Record::Lag(l) => Msg::Lag(l),
         }
     }
@@ -272,6 +276,11 @@ impl Ctx {
     /// then is the controller told what the sessions saw.
     fn routes(&self) -> bool {
         self.proxy.is_none()
+    }
+
+    /// A step of the login of a `class` session intended at `intended_s`.
+    fn login(&self, class: Class, intended_s: f64, step: LoginStep) {
+        self.send(Msg::Login(LoginRecord { class, intended_s, step }));
     }
 
     /// Records the schedule lag of something due at `due_s` that starts now;
@@ -531,6 +540,7 @@ async fn collect(
             }
             Msg::Started(c, r, t) => col.session_started(c, r, t),
             Msg::Ended(s) => col.session_ended(s),
+            Msg::Login(l) => col.login(l),
             Msg::Control(e) => e.record(&mut col),
             Msg::Sample(t, s) => {
                 col.sample(t, &s);
@@ -584,12 +594,19 @@ async fn client(ctx: Arc<Ctx>, id: u32, mut script: Client) -> Option<Class> {
     let w = ctx.workload.clone();
     let class = script.class;
     let mut intended = script.arrival_s + script.between_s(&w);
+    // When the client next tries; after "no replica can take it" the
+    // session's intended start stays put, as in the simulator.
+    let mut wake = intended;
+    let mut login = false;
     let mut resume: Option<u32> = None;
     loop {
-        if !wait_until(&ctx, ctx.at(intended)).await {
+        if !wait_until(&ctx, ctx.at(wake)).await {
             return None;
         }
-        ctx.started_late(intended);
+        ctx.started_late(wake);
+        if !std::mem::replace(&mut login, true) {
+            ctx.login(class, intended, LoginStep::Began);
+        }
         let opened = match &ctx.proxy {
             None => open(&ctx, id, class).await,
             Some(p) => open_proxied(&ctx, p, class).await,
@@ -599,16 +616,25 @@ async fn client(ctx: Arc<Ctx>, id: u32, mut script: Client) -> Option<Class> {
             Opened::Rejected => {
                 // Backs off as pools and drivers do (the workload's
                 // `[client]` backoff with jitter), as after any refusal.
+                ctx.login(class, intended, LoginStep::GaveUp(ctx.now()));
+                login = false;
                 intended = ctx.now() + script.backoff_s(&w);
+                wake = intended;
                 resume = None;
                 continue;
             }
             Opened::NoRoute => {
-                intended = ctx.now() + script.backoff_s(&w);
+                wake = ctx.now() + script.backoff_s(&w);
                 continue;
             }
             Opened::Stopped => return None,
         };
+        match &connected {
+            Ok(_) => ctx.login(class, intended, LoginStep::LoggedIn(ctx.now())),
+            Err(Some(_)) => ctx.login(class, intended, LoginStep::GaveUp(ctx.now())),
+            Err(None) => {}
+        }
+        login = false;
         let queries = resume.take().unwrap_or_else(|| script.session_len(&w));
         let end = match connected {
             Ok(c) => session(&ctx, &mut script, r, c, queries, intended).await,
@@ -634,6 +660,7 @@ async fn client(ctx: Arc<Ctx>, id: u32, mut script: Client) -> Option<Class> {
             script.succeeded();
             now + script.between_s(&w)
         };
+        wake = intended;
     }
 }
 

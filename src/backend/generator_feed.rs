@@ -11,7 +11,7 @@
 //! from every record; no percentile is ever averaged). Both ends use the
 //! types here, so the format has one definition.
 
-use crate::core::metrics::{QueryRecord, SessionRecord};
+use crate::core::metrics::{LoginRecord, QueryRecord, SessionRecord};
 use crate::core::model::{Class, ReplicaId};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
@@ -96,6 +96,8 @@ pub enum Line {
     },
     /// An ended session.
     Ended(SessionRecord),
+    /// A step of a session's login.
+    Login(LoginRecord),
     /// Schedule lag of a session start or query, seconds.
     Lag {
         /// Seconds late.
@@ -232,6 +234,7 @@ pub fn run_session(s: u64, index: u32, n: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::metrics::LoginStep;
     use crate::core::model::{AbortReason, ConnectError, QueryError};
 
     #[test]
@@ -257,6 +260,7 @@ mod tests {
                 end_s: 3.0,
                 abort: Some(AbortReason::Connect(ConnectError::Full)),
             }),
+            Line::Login(LoginRecord { class: Class::P, intended_s: 1.5, step: LoginStep::LoggedIn(1.75) }),
             Line::Lag { s: 0.001 },
             Line::Done { in_flight: [1, 2], interrupted: false, generator: None },
         ];

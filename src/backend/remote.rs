@@ -52,6 +52,8 @@ pub enum Record {
     Session(crate::core::model::Class, crate::core::model::ReplicaId, f64),
     /// An ended session.
     Ended(crate::core::metrics::SessionRecord),
+    /// A step of a session's login.
+    Login(crate::core::metrics::LoginRecord),
     /// Schedule lag, seconds.
     Lag(f64),
 }
@@ -73,6 +75,7 @@ pub async fn forward(
             }
             Line::Session { class, replica, t_s } => send(Record::Session(class, replica, t_s)),
             Line::Ended(s) => send(Record::Ended(s)),
+            Line::Login(l) => send(Record::Login(l)),
             Line::Lag { s } => send(Record::Lag(s)),
             Line::Started { late_s } => end.late_s = Some(late_s),
             Line::Done { in_flight, interrupted, generator } => {

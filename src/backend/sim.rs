@@ -15,7 +15,7 @@
 
 use crate::core::control::{Admission, Admitted, Confirm, Controller};
 use crate::core::health::Evidence;
-use crate::core::metrics::{Collector, QueryRecord, ReplicaSample, SessionRecord};
+use crate::core::metrics::{Collector, LoginRecord, LoginStep, QueryRecord, ReplicaSample, SessionRecord};
 use crate::core::model::{AbortReason, Action, ConnectError, FaultEvent, QueryError, ReplicaId};
 use crate::core::schedule::Client;
 use crate::core::workload::Workload;
@@ -97,6 +97,8 @@ struct ClientState {
     intended: f64,
     sent: f64,
     qseq: u64,
+    /// A login is under way (since `intended`, then `session_start`).
+    login: bool,
 }
 
 struct Sim<'a, 'c> {
@@ -123,6 +125,7 @@ pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
         intended: 0.0,
         sent: 0.0,
         qseq: 0,
+        login: false,
     }));
     let agenda = Agenda::new(clients.len(), k);
     let mut sim = Sim { input, col, now: 0.0, agenda, servers, clients, sessions: 0 };
@@ -301,6 +304,7 @@ impl Sim<'_, '_> {
     /// workload's `[client]` backoff with jitter, growing with each
     /// refusal in a row), then tries a new session.
     fn rejected(&mut self, i: usize) {
+        self.login_ended(i, LoginStep::GaveUp(self.now));
         let w = self.input.workload;
         let c = &mut self.clients[i];
         c.state = State::Idle { resume: None };
@@ -327,7 +331,11 @@ impl Sim<'_, '_> {
 
     /// Opens a session: a fresh one, or the rest of a broken one.
     fn open(&mut self, i: usize, resume: Option<u32>) {
-        let class = self.clients[i].script.class;
+        let c = &mut self.clients[i];
+        let class = c.script.class;
+        if !std::mem::replace(&mut c.login, true) {
+            self.col.login(LoginRecord { class, intended_s: c.intended, step: LoginStep::Began });
+        }
         match self.input.control.request(i as u32, class, self.now) {
             Admission::Route(r) => self.begin(i, r, resume),
             Admission::Queued { deadline_s } => {
@@ -423,7 +431,18 @@ impl Sim<'_, '_> {
         }
     }
 
+    /// Ends client `i`'s login under way, if any, with `step`.
+    fn login_ended(&mut self, i: usize, step: LoginStep) {
+        let c = &mut self.clients[i];
+        if std::mem::replace(&mut c.login, false) {
+            // Before the session began, its intended start is `intended`.
+            let intended_s = if matches!(c.state, State::Session { .. }) { c.session_start } else { c.intended };
+            self.col.login(LoginRecord { class: c.script.class, intended_s, step });
+        }
+    }
+
     fn send(&mut self, i: usize, r: ReplicaId) {
+        self.login_ended(i, LoginStep::LoggedIn(self.now));
         let w = self.input.workload;
         let draw = self.clients[i].script.query(w);
         let q = self.next_job(i, SetUp::Done);
@@ -609,6 +628,8 @@ impl Sim<'_, '_> {
         let c = &mut self.clients[i];
         let class = c.script.class;
         let closed = matches!(c.state, State::Session { counted: true, .. });
+        self.login_ended(i, LoginStep::GaveUp(now));
+        let c = &mut self.clients[i];
         self.col.session_ended(SessionRecord { class, replica: r, start_s: c.session_start, end_s: now, abort });
         // A broken session's client retries the failed query and the rest
         // of its work in a new session after a backoff.

@@ -1,7 +1,7 @@
 //! The status line a run prints on a non-terminal every few seconds
 //! (`--progress lines`, as pgbench `-P` and k6 do): elapsed time, each
-//! class's goodput and p95 over the last window, replicas up and sessions
-//! aborted so far. Pure: the collector fills a [`Status`] and the driver
+//! class's goodput and p95 over the last window, replicas up, sessions
+//! aborted so far, and the logins waiting now with the oldest one's wait. Pure: the collector fills a [`Status`] and the driver
 //! prints its line.
 
 use super::model::Class;
@@ -26,11 +26,17 @@ pub struct Status {
     pub up: (usize, usize),
     /// Sessions aborted since the start, per class.
     pub aborted: [u64; 2],
+    /// Logins waiting now per class, and how long the oldest has, s.
+    pub logins: [(u64, Option<f64>); 2],
 }
 
 impl Status {
-    /// `plbbench: 35/150 s  P 49.8 q/s p95 5 ms  F 133.0 q/s p95 6 ms  up 5/5  aborted P 0 F 0`
+    /// `plbbench: 35/150 s  P 49.8 q/s p95 5 ms  F 133.0 q/s p95 6 ms  up 5/5  aborted P 0 F 0  logins waiting P 0 F 3 (oldest 1.2 s)`
     pub fn line(&self) -> String {
+        let waiting = |c: Class| match self.logins[c.idx()] {
+            (n, Some(s)) if n > 0 => format!("{c} {n} (oldest {s:.1} s)"),
+            (n, _) => format!("{c} {n}"),
+        };
         let class = |c: Class| {
             let i = c.idx();
             let qps = self.completed[i] as f64 / self.window_s.max(1e-9);
@@ -38,7 +44,7 @@ impl Status {
             format!("{c} {qps:.1} q/s p95 {p95}")
         };
         format!(
-            "plbbench: {:.0}/{:.0} s  {}  {}  up {}/{}  aborted P {} F {}",
+            "plbbench: {:.0}/{:.0} s  {}  {}  up {}/{}  aborted P {} F {}  logins waiting {} {}",
             self.t_s,
             self.duration_s,
             class(Class::P),
@@ -46,7 +52,9 @@ impl Status {
             self.up.0,
             self.up.1,
             self.aborted[0],
-            self.aborted[1]
+            self.aborted[1],
+            waiting(Class::P),
+            waiting(Class::F)
         )
     }
 }
@@ -94,8 +102,12 @@ mod tests {
             p95_ms: [Some(5), None],
             up: (4, 5),
             aborted: [2, 0],
+            logins: [(0, None), (3, Some(1.24))],
         };
-        assert_eq!(s.line(), "plbbench: 35/150 s  P 49.8 q/s p95 5 ms  F 133.0 q/s p95 -  up 4/5  aborted P 2 F 0");
+        assert_eq!(
+            s.line(),
+            "plbbench: 35/150 s  P 49.8 q/s p95 5 ms  F 133.0 q/s p95 -  up 4/5  aborted P 2 F 0  logins waiting P 0 F 3 (oldest 1.2 s)"
+        );
     }
 
     #[test]

@@ -29,6 +29,17 @@
 //!   ([`window_s`]): a class that is merely slow never fails it, and 30
 //!   s with no answer to any of its open queries is no service whatever
 //!   its baseline was.
+//! - **Login wait** (revised 2026-12-06). In a saturated closed
+//!   population a login waits (for the gate, a replica, the postmaster's
+//!   fork), and that wait is part of the first query's latency, not a
+//!   fault. A wait has a limit all the same: the one the most widely
+//!   deployed PostgreSQL pooler keeps by default. PgBouncer disconnects a
+//!   client whose query has waited [`LOGIN_WAIT_LIMIT_S`] (120 s, its
+//!   `query_wait_timeout`) for a server, so a run whose clients wait longer
+//!   measures a queue no such deployment would keep. The longest login
+//!   wait of each phase, counting a login still waiting at the phase's end
+//!   by its age then, must stay within it. A workload with a login
+//!   deadline of its own times such logins out first (the time-outs check).
 
 use crate::core::model::Class;
 use serde::{Deserialize, Serialize};
@@ -64,6 +75,8 @@ pub enum CheckKind {
     PhaseLength,
     /// No class that wants service goes a window without a completed query.
     Progress,
+    /// No login waits longer than a session of its class lasts.
+    LoginWait,
 }
 
 impl fmt::Display for CheckKind {
@@ -73,6 +86,7 @@ impl fmt::Display for CheckKind {
             CheckKind::Timeouts => "time-outs",
             CheckKind::PhaseLength => "phase length",
             CheckKind::Progress => "progress",
+            CheckKind::LoginWait => "login wait",
         })
     }
 }
@@ -286,6 +300,43 @@ pub fn progress(classes: &[Seconds], phase_of: impl Fn(usize, usize) -> String) 
     check(CheckKind::Progress, &starved, ok.into())
 }
 
+/// The longest a login may wait, s: PgBouncer's `query_wait_timeout`
+/// default (1.18's pgbouncer(5): "If the query is not assigned to a server
+/// during that time, the client is disconnected. ... Default: 120").
+pub const LOGIN_WAIT_LIMIT_S: f64 = 120.0;
+
+/// The logins of one class in one phase, as the login-wait check reads them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoginBooks {
+    /// Phase name.
+    pub phase: String,
+    /// Class.
+    pub class: Class,
+    /// The longest login wait of the phase, counting those still waiting
+    /// at its end by their age then, ms.
+    pub max_ms: Option<f64>,
+    /// Logins still waiting at the phase's end.
+    pub waiting: u64,
+}
+
+/// The login-wait check over every non-warmup phase and class.
+pub fn login_wait(books: &[LoginBooks]) -> Check {
+    let long: Vec<String> = books
+        .iter()
+        .filter_map(|b| {
+            let max_s = b.max_ms? / 1000.0;
+            (max_s > LOGIN_WAIT_LIMIT_S).then(|| {
+                format!(
+                    "{} {}: a login waited {max_s:.1} s (limit {LOGIN_WAIT_LIMIT_S:.0} s), {} still waiting at the phase's end",
+                    b.phase, b.class, b.waiting
+                )
+            })
+        })
+        .collect();
+    let ok = "no login waited longer than 120 s (PgBouncer's query_wait_timeout)";
+    check(CheckKind::LoginWait, &long, ok.into())
+}
+
 fn check(kind: CheckKind, failures: &[String], ok_detail: String) -> Check {
     match failures {
         [] => Check { kind, ok: true, detail: ok_detail },
@@ -396,5 +447,21 @@ mod tests {
         let short = vec![books("down1", Class::P, 10, 0), books("down1", Class::F, 10, 0)];
         let c = judge(&Limits::default(), [&[], &[]], &short, 31.0);
         assert!(c[2].detail.starts_with("shorter than a typical session (31.0 s): down1 (30.0 s);"), "{}", c[2].detail);
+    }
+
+    #[test]
+    fn a_login_longer_than_its_bound_fails_and_one_still_waiting_counts_by_age() {
+        let b = |phase: &str, max_ms: Option<f64>, waiting: u64| LoginBooks {
+            phase: phase.into(),
+            class: Class::F,
+            max_ms,
+            waiting,
+        };
+        assert!(login_wait(&[b("baseline", Some(19_295.0), 61), b("down1", Some(120_000.0), 250)]).ok);
+        assert!(login_wait(&[b("down2", None, 0)]).ok, "no login, nothing to judge");
+        let c = login_wait(&[b("down1", Some(38_911.0), 251), b("down2", Some(150_000.0), 1_250)]);
+        assert!(!c.ok);
+        assert_eq!(c.kind.to_string(), "login wait");
+        assert_eq!(c.detail, "down2 F: a login waited 150.0 s (limit 120 s), 1250 still waiting at the phase's end");
     }
 }

@@ -48,9 +48,15 @@ pub mod columns {
         "cpu_cv",
         "rejected",
         "queued_ms_p95",
+        "login_p50_ms",
+        "login_p95_ms",
+        "login_p99_ms",
+        "login_max_ms",
+        "logins_waiting",
     ];
     /// timeseries.csv
-    pub const SERIES: &[&str] = &["t_s", "class", "completed", "goodput_qps", "p95_ms", "active_sessions"];
+    pub const SERIES: &[&str] =
+        &["t_s", "class", "completed", "goodput_qps", "p95_ms", "active_sessions", "logins_waiting", "login_oldest_ms"];
     /// replicas.csv
     pub const REPLICAS: &[&str] = &["t_s", "replica", "up", "role", "cpu_fraction", "active_p", "active_f"];
     /// roles.csv (above `FLEET_ROWS` replicas, in place of replicas.csv)

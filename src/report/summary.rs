@@ -21,6 +21,11 @@ pub struct Settings {
     /// the run set it; absent otherwise and in files from before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<f64>,
+    /// The CPU the clients offer at zero queueing over the cluster's
+    /// budget K x C (design.md §3's load formula), whatever set it; absent
+    /// in files from before summary.json version 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offered: Option<f64>,
     /// `--calibration`: the file whose costs the run took, when it was
     /// measured, and the pause the workload's operating point came to;
     /// absent when the run used the workload's own costs and in files from

@@ -7,8 +7,10 @@
 
 use serde::Deserialize;
 
-/// The summary.json version this plbbench writes: 1 added `schema_version`.
-pub const SUMMARY: u32 = 1;
+/// The summary.json version this plbbench writes: 1 added `schema_version`;
+/// 2 added the login waits (phases' `login_*_ms` and `logins_waiting`,
+/// and timeseries.csv's `logins_waiting` and `login_oldest_ms`).
+pub const SUMMARY: u32 = 2;
 /// The experiment.json version this plbbench writes: 1 added `schema_version`.
 pub const EXPERIMENT: u32 = 1;
 /// The `run --stream` file's version (its `run` line): 1 is the first.
@@ -40,6 +42,7 @@ mod tests {
     fn unversioned_and_current_files_pass_and_newer_ones_are_refused() {
         assert_eq!(check(r#"{"phases": []}"#, SUMMARY), Ok(()));
         assert_eq!(check(r#"{"schema_version": 1}"#, SUMMARY), Ok(()));
+        assert_eq!(check(r#"{"schema_version": 2}"#, SUMMARY), Ok(()));
         let err = check(r#"{"schema_version": 2, "x": 1}"#, EXPERIMENT).unwrap_err();
         assert_eq!(err, "field `schema_version`: 2 is newer than this plbbench reads (1); use a newer plbbench");
         assert_eq!(check("not json", SUMMARY), Ok(()), "the parse itself reports it");

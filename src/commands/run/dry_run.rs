@@ -8,12 +8,30 @@ use super::plan::Plan;
 use super::settings;
 use crate::commands::Format;
 
-/// The offered CPU, as fractions of the budgets.
-fn offered(plan: &Plan) -> (f64, f64) {
+/// The offered CPU, as fractions of the budgets (the cluster's, the
+/// busier rr-split partition's).
+pub fn offered(plan: &Plan) -> (f64, f64) {
     let w = &plan.workload;
     (
         w.offered_utilisation(plan.clients, plan.premium_pct, plan.replicas, plan.cpus),
         w.partition_utilisation(plan.clients, plan.premium_pct, plan.router.split, plan.cpus),
+    )
+}
+
+/// How saturated a population of `clients` closed-loop clients is that
+/// offers `offered` of the CPU budget at zero queueing: N* = T / offered
+/// is the population the budget serves without queueing (the asymptotic
+/// bound of a closed system), and T/N* says how far past it the run is.
+pub fn load_line(clients: u32, offered: f64) -> String {
+    let n_star = f64::from(clients) / offered.max(1e-9);
+    let regime = if offered > 1.0 {
+        "saturated: clients queue for the CPU, and latency is set by T, not by arrivals"
+    } else {
+        "below saturation: latency is set by service, not by queueing for the CPU"
+    };
+    format!(
+        "load: offers {:.0}% of the CPU budget at zero queueing; T={clients} is {offered:.2}x N*={n_star:.0}, the clients it serves without queueing ({regime})",
+        offered * 100.0
     )
 }
 
@@ -43,6 +61,8 @@ pub fn render(plan: &Plan, format: Format) -> String {
                 partition * 100.0,
                 s.split
             ));
+            out.push_str(&load_line(plan.clients, cluster));
+            out.push('\n');
             out.push_str(&format!(
                 "routing: reference {} · theta {} · alpha {} · detection {} · admission {} · recovery {}\nphases:\n",
                 s.reference, s.theta, s.alpha, s.detection, s.admission, s.recovery

@@ -6,7 +6,7 @@
 //! plan to the simulator or a real cluster in [`launch`].
 
 use super::Format;
-use crate::core::metrics::{Collector, RunMetrics};
+use crate::core::metrics::{Collector, PhaseRow, RunMetrics};
 use crate::core::model::{Class, EventKind};
 use crate::core::outcome::{BackendOutcome, Verdict};
 use crate::core::phases::{BASELINE, WARMUP};
@@ -118,6 +118,10 @@ fn headline(s: &Summary) -> String {
         "{} · mix {} · T={} · faults {} · {} cluster{scale}{proxy}\n",
         st.strategy, st.mix, st.clients, st.faults, st.cluster
     );
+    if let Some(offered) = st.offered {
+        out.push_str(&dry_run::load_line(st.clients, offered));
+        out.push('\n');
+    }
     out.push_str("phase     class  goodput_qps  retention  p95_ms\n");
     for r in s.phases.iter().filter(|r| r.phase != WARMUP) {
         let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
@@ -131,9 +135,23 @@ fn headline(s: &Summary) -> String {
         ));
     }
     out.push_str(&format!("aborted sessions: {}\n", aborted_line(&s.accounting)));
+    out.push_str(&logins_line(s));
     out.push_str(&checks_line(s));
     out.push('\n');
     out
+}
+
+/// The baseline's logins: `baseline logins: wait p95 P 1.7 s, F 18.5 s;
+/// waiting at its end P 5, F 61` (nothing without a baseline).
+fn logins_line(s: &Summary) -> String {
+    let rows: Vec<_> = Class::ALL.iter().filter_map(|&c| s.phase(BASELINE, c)).collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let p95 = |r: &&PhaseRow| r.login_p95_ms.map_or("-".into(), |ms| format!("{:.1} s", ms / 1000.0));
+    let wait: Vec<String> = rows.iter().map(|r| format!("{} {}", r.class, p95(r))).collect();
+    let waiting: Vec<String> = rows.iter().map(|r| format!("{} {}", r.class, r.logins_waiting)).collect();
+    format!("baseline logins: wait p95 {}; waiting at its end {}\n", wait.join(", "), waiting.join(", "))
 }
 
 /// `P 12 (connect timeout 10, connection lost 2), F 0`.
@@ -213,6 +231,7 @@ pub fn settings(plan: &Plan) -> Settings {
         mix: format!("{}:{}", plan.premium_pct, 100 - plan.premium_pct),
         clients: plan.clients,
         load: plan.load,
+        offered: Some(crate::core::metrics::r4(dry_run::offered(plan).0)),
         calibration: plan.calibration.clone(),
         replicas: plan.replicas,
         reference: format!("{},{},{}", r[0], r[1], r[2]),
@@ -351,7 +370,9 @@ fn degradation_verdict(plan: &Plan, m: &RunMetrics) -> Option<Verdict> {
 fn validity_verdicts(plan: &Plan, m: &RunMetrics) -> Vec<Verdict> {
     let p95 = Class::ALL.map(|c| baseline_p95(m, c));
     let mut checks = validity::judge(&Limits::default(), [&p95[0], &p95[1]], &phase_books(m), typical_session_s(plan));
-    checks.push(validity::progress(&class_seconds(plan, m), |a, b| phases_between(m, a, b)));
+    let seconds = class_seconds(plan, m);
+    checks.push(validity::progress(&seconds, |a, b| phases_between(m, a, b)));
+    checks.push(validity::login_wait(&login_books(m)));
     checks.into_iter().map(|c| Verdict { name: c.kind.to_string(), ok: c.ok, detail: c.detail }).collect()
 }
 
@@ -369,6 +390,20 @@ fn class_seconds(plan: &Plan, m: &RunMetrics) -> Vec<validity::Seconds> {
                 wanting: rows.iter().map(|r| r.active_sessions > 0 || r.wanting > 0).collect(),
                 window_s: validity::window_s(base, plan.workload.session.think_ms),
             }
+        })
+        .collect()
+}
+
+/// The login books of every non-warmup phase and class.
+fn login_books(m: &RunMetrics) -> Vec<validity::LoginBooks> {
+    m.phases
+        .iter()
+        .filter(|r| r.phase != WARMUP)
+        .map(|r| validity::LoginBooks {
+            phase: r.phase.clone(),
+            class: r.class,
+            max_ms: r.login_max_ms,
+            waiting: r.logins_waiting,
         })
         .collect()
 }

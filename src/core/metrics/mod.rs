@@ -49,6 +49,33 @@ pub struct SessionRecord {
     pub abort: Option<AbortReason>,
 }
 
+/// A step of a session's login: from the moment its client set out to
+/// open it (its intended start) until it is ready for its first query.
+/// The wait spans the admission gate, retries after "no replica can take
+/// it", the TCP connect, the postmaster's fork and authentication.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LoginRecord {
+    /// Class of the session.
+    pub class: Class,
+    /// When the client set out to open the session, s from run start.
+    pub intended_s: f64,
+    /// What happened.
+    pub step: LoginStep,
+}
+
+/// How far a login got.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoginStep {
+    /// The client set out (at `intended_s`).
+    Began,
+    /// Ready for its first query at this time, s from run start.
+    LoggedIn(f64),
+    /// Refused, rejected or timed out at this time: the client backs off
+    /// and a later login is a new one.
+    GaveUp(f64),
+}
+
 /// A once-per-second view of one replica.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReplicaSample {
@@ -89,6 +116,14 @@ struct ClassAgg {
     timeouts: u64,
     rejected: u64,
     queued_ms: Histogram<u64>,
+    /// Waits of the logins that completed in the phase, ms.
+    login_ms: Histogram<u64>,
+    /// The longest wait of a login given up in the phase (refused,
+    /// rejected, timed out), ms.
+    gave_up_max_ms: Option<f64>,
+    /// Logins under way at the phase's end (begun before it), and the
+    /// oldest one's age then, s; set once the phase has ended.
+    waiting_at_end: Option<(u64, Option<f64>)>,
 }
 
 impl ClassAgg {
@@ -106,6 +141,9 @@ impl ClassAgg {
             timeouts: 0,
             rejected: 0,
             queued_ms: h(),
+            login_ms: h(),
+            gave_up_max_ms: None,
+            waiting_at_end: None,
         }
     }
 }
@@ -133,6 +171,9 @@ struct SecondAgg {
     /// the admission gate at its sample: demand the class had beside its
     /// active sessions (the progress check's).
     wanting: u32,
+    /// Logins under way at the sample that ends the second, and the oldest
+    /// one's age then, ms.
+    logins: (u32, Option<f64>),
 }
 
 /// Owns every aggregate of a run.
@@ -156,6 +197,10 @@ pub struct Collector {
     error_kinds: BTreeMap<(Class, String), u64>,
     rejections: BTreeMap<(Class, String), u64>,
     queue: QueueBooks,
+    /// Logins under way per class: intended start (us) -> how many.
+    logins: [BTreeMap<u64, u32>; 2],
+    /// Phases before this one have their logins-waiting snapshot.
+    phases_closed: usize,
     last_record_s: f64,
     /// `--stream`: where each complete second goes, and the next to send.
     stream: Option<(SecondSink, usize)>,
@@ -210,6 +255,25 @@ pub struct PhaseRow {
     pub rejected: u64,
     /// p95 of the wait for admission, ms (`--admission modes` only).
     pub queued_ms_p95: Option<f64>,
+    /// Login wait of the logins that completed in the phase, from the
+    /// session's intended start until it was ready for its first query
+    /// ([`LoginRecord`]), ms; absent before summary.json version 2.
+    #[serde(default)]
+    pub login_p50_ms: Option<f64>,
+    /// See `login_p50_ms`.
+    #[serde(default)]
+    pub login_p95_ms: Option<f64>,
+    /// See `login_p50_ms`.
+    #[serde(default)]
+    pub login_p99_ms: Option<f64>,
+    /// The longest login wait of the phase: of the logins completed or
+    /// given up in it, and of those still waiting at its end, by their age
+    /// then, ms.
+    #[serde(default)]
+    pub login_max_ms: Option<f64>,
+    /// Logins begun and still waiting when the phase ended.
+    #[serde(default)]
+    pub logins_waiting: u64,
 }
 
 /// A row of timeseries.csv.
@@ -227,6 +291,13 @@ pub struct SeriesRow {
     /// reads it at run time).
     #[serde(skip)]
     pub wanting: u32,
+    /// Logins under way at the sample that ends the second (0 in files
+    /// from before summary.json version 2).
+    #[serde(default)]
+    pub logins_waiting: u32,
+    /// The oldest of them: how long it had waited then, ms.
+    #[serde(default)]
+    pub login_oldest_ms: Option<f64>,
 }
 
 /// One second `[t_s, t_s + 1)` of the run.
@@ -350,8 +421,14 @@ impl Collector {
     pub fn new(phases: Vec<Phase>, replicas: usize, cpus: f64, raw: bool) -> Collector {
         let end = phases.last().map_or(0.0, |p| p.end_s);
         let secs = end.ceil().max(1.0) as usize;
-        let second =
-            || SecondAgg { completed: 0, wait_max_ms: None, latency_ms: SecondLatency::Empty, active: 0, wanting: 0 };
+        let second = || SecondAgg {
+            completed: 0,
+            wait_max_ms: None,
+            latency_ms: SecondLatency::Empty,
+            active: 0,
+            wanting: 0,
+            logins: (0, None),
+        };
         Collector {
             per_phase: phases.iter().map(|_| [ClassAgg::new(), ClassAgg::new()]).collect(),
             phases,
@@ -369,6 +446,8 @@ impl Collector {
             error_kinds: BTreeMap::new(),
             rejections: BTreeMap::new(),
             queue: QueueBooks::default(),
+            logins: [BTreeMap::new(), BTreeMap::new()],
+            phases_closed: 0,
             last_record_s: 0.0,
             stream: None,
         }
@@ -420,6 +499,8 @@ impl Collector {
             p95_ms: s.latency_ms.p95().map(|ms| ms as f64),
             active_sessions: s.active,
             wanting: s.wanting,
+            logins_waiting: s.logins.0,
+            login_oldest_ms: s.logins.1,
         }
     }
 
@@ -551,6 +632,55 @@ impl Collector {
         self.seconds[sec][class.idx()].wanting += 1;
     }
 
+    /// A step of a login ([`LoginRecord`]): a completed one's wait counts
+    /// in the phase of its completion.
+    pub fn login(&mut self, rec: LoginRecord) {
+        let pending = &mut self.logins[rec.class.idx()];
+        let key = us(rec.intended_s);
+        let (t_s, logged_in) = match rec.step {
+            LoginStep::Began => {
+                *pending.entry(key).or_default() += 1;
+                return;
+            }
+            LoginStep::LoggedIn(t_s) => (t_s, true),
+            LoginStep::GaveUp(t_s) => (t_s, false),
+        };
+        if let std::collections::btree_map::Entry::Occupied(mut e) = pending.entry(key) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
+        self.last_record_s = self.last_record_s.max(t_s);
+        let agg = &mut self.per_phase[locate(&self.phases, t_s)][rec.class.idx()];
+        let wait_ms = ((t_s - rec.intended_s).max(0.0) * 1000.0).round();
+        match logged_in {
+            true => record(&mut agg.login_ms, wait_ms as u64),
+            false => agg.gave_up_max_ms = Some(agg.gave_up_max_ms.unwrap_or(0.0).max(wait_ms)),
+        }
+    }
+
+    /// Logins of `class` under way at `t_s` that began by then, and how
+    /// long the oldest had waited, s.
+    fn logins_at(&self, class: Class, t_s: f64) -> (u64, Option<f64>) {
+        let begun = self.logins[class.idx()].range(..=us(t_s));
+        let oldest = begun.clone().next().map(|(&k, _)| (t_s - k as f64 / 1e6).max(0.0));
+        (begun.map(|(_, &n)| u64::from(n)).sum(), oldest)
+    }
+
+    /// Takes the logins-waiting snapshot of every phase that has ended by
+    /// `t_s` and has none yet.
+    fn close_phases(&mut self, t_s: f64) {
+        while let Some(p) = self.phases.get(self.phases_closed).filter(|p| p.end_s <= t_s) {
+            let end = p.end_s;
+            for class in Class::ALL {
+                let at = self.logins_at(class, end);
+                self.per_phase[self.phases_closed][class.idx()].waiting_at_end = Some(at);
+            }
+            self.phases_closed += 1;
+        }
+    }
+
     /// A session joined the admission queue.
     pub fn queued(&mut self, class: Class) {
         self.queue.joined[class.idx()] += 1;
@@ -583,6 +713,7 @@ impl Collector {
             p95_ms,
             up: (replicas.iter().filter(|r| r.up).count(), replicas.len()),
             aborted: [0, 1].map(|c| self.per_phase.iter().map(|p| p[c].aborted).sum()),
+            logins: Class::ALL.map(|c| self.logins_at(c, to_s)),
         }
     }
 
@@ -621,10 +752,13 @@ impl Collector {
             rows.extend(fleet::role_rows(r4(t_s), &seen));
         }
         let waiting = self.queue.waiting_now();
-        for ((agg, n), w) in self.seconds[sec].iter_mut().zip(active).zip(waiting) {
+        let logins = Class::ALL.map(|c| self.logins_at(c, t_s));
+        for (((agg, n), w), (l, oldest)) in self.seconds[sec].iter_mut().zip(active).zip(waiting).zip(logins) {
             agg.active = n;
             agg.wanting += w;
+            agg.logins = (l as u32, oldest.map(|s| (s * 1000.0).round()));
         }
+        self.close_phases(t_s);
         // Seconds no record can reach any more keep only their p95.
         let settled = sec.saturating_sub(SecondLatency::SETTLE_S);
         for s in self.seconds[self.settled.min(settled)..settled].iter_mut().flatten() {
@@ -686,7 +820,10 @@ impl Collector {
     /// Builds the rows of every file. `available(phase, r)` says whether
     /// replica r was up through the phase (for u_mean and CV);
     /// `in_flight` is the sessions still open at the end per class.
-    pub fn finish(self, available: &dyn Fn(&Phase, usize) -> bool, in_flight: [u64; 2]) -> RunMetrics {
+    pub fn finish(mut self, available: &dyn Fn(&Phase, usize) -> bool, in_flight: [u64; 2]) -> RunMetrics {
+        // The last phase (or one cut short) ends with the run: its logins
+        // still under way are those waiting at the end.
+        self.close_phases(f64::INFINITY);
         let (replica_cpu, cpu_stats) = self.phase_cpu(available);
         let baseline = self.phases.iter().position(|p| p.name == "baseline");
         let pct =
@@ -731,6 +868,11 @@ impl Collector {
                     cpu_cv: cpu_stats[i].map(|s| r4(s.1)),
                     rejected: a.rejected,
                     queued_ms_p95: pct(&a.queued_ms, 0.95, 1.0),
+                    login_p50_ms: pct(&a.login_ms, 0.50, 1.0),
+                    login_p95_ms: pct(&a.login_ms, 0.95, 1.0),
+                    login_p99_ms: pct(&a.login_ms, 0.99, 1.0),
+                    login_max_ms: login_max_ms(a),
+                    logins_waiting: a.waiting_at_end.map_or(0, |w| w.0),
                 });
             }
         }
@@ -766,6 +908,14 @@ impl Collector {
                 .collect(),
         }
     }
+}
+
+/// The longest login wait of a phase: of the logins completed or given up
+/// in it and, by their age at its end, of those still waiting then, ms.
+fn login_max_ms(a: &ClassAgg) -> Option<f64> {
+    let done = (!a.login_ms.is_empty()).then(|| a.login_ms.max() as f64);
+    let waiting = a.waiting_at_end.and_then(|w| w.1).map(|s| r4(s * 1000.0));
+    done.into_iter().chain(a.gave_up_max_ms).chain(waiting).reduce(f64::max)
 }
 
 /// An accounting violation: the run's files would not add up.
@@ -860,6 +1010,34 @@ mod tests {
             end_s,
             error,
         }
+    }
+
+    #[test]
+    fn login_waits_bin_by_completion_and_a_login_still_waiting_counts_by_its_age() {
+        let mut c = collector();
+        let login = |c: &mut Collector, class, intended_s, step| c.login(LoginRecord { class, intended_s, step });
+        login(&mut c, Class::P, 1.0, LoginStep::Began);
+        login(&mut c, Class::P, 1.0, LoginStep::LoggedIn(3.0));
+        login(&mut c, Class::F, 5.0, LoginStep::Began);
+        login(&mut c, Class::P, 12.0, LoginStep::Began);
+        login(&mut c, Class::P, 12.0, LoginStep::GaveUp(13.0));
+        c.sample(11.0, &[]);
+        let m = c.finish(&|_, _| true, [0, 0]);
+        let row = |phase: &str, class| m.phases.iter().find(|r| r.phase == phase && r.class == class).unwrap();
+        let warm = row(WARMUP, Class::P);
+        assert_eq!((warm.login_p50_ms, warm.login_max_ms, warm.logins_waiting), (Some(2000.0), Some(2000.0), 0));
+        let end = m.phases[0].end_s;
+        let waiting = row(WARMUP, Class::F);
+        assert_eq!((waiting.login_p95_ms, waiting.logins_waiting), (None, 1), "never logged in, still waiting");
+        assert_eq!(waiting.login_max_ms, Some(r4((end - 5.0) * 1000.0)), "its age at the phase's end");
+        let last = m.phases.iter().rfind(|r| r.class == Class::F).unwrap();
+        assert_eq!(last.logins_waiting, 1, "still waiting when the run ended");
+        assert_eq!(last.login_max_ms, Some(r4((last.end_s - 5.0) * 1000.0)));
+        let gave_up = m.phases.iter().rfind(|r| r.class == Class::P).unwrap();
+        assert_eq!((gave_up.login_p50_ms, gave_up.logins_waiting), (None, 0), "a login given up waits no more");
+        assert_eq!(gave_up.login_max_ms, Some(1000.0), "but its wait counts in the max");
+        let second = m.timeseries.iter().find(|r| r.t_s == 11 && r.class == Class::F).unwrap();
+        assert_eq!((second.logins_waiting, second.login_oldest_ms), (1, Some(6000.0)));
     }
 
     #[test]

@@ -8,9 +8,11 @@
 //! are constants shared with the page, so a class looks the same everywhere.
 
 mod bars;
+mod logins;
 mod timeline;
 
 pub use bars::{spread_bars, BarPanel, BarSeries};
+pub use logins::logins;
 pub use timeline::roles;
 
 use crate::core::metrics::{PhaseRow, ReplicaRow, SeriesRow};

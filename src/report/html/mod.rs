@@ -149,6 +149,10 @@ struct ClassRow {
     sessions_ended: String,
     life_mean: String,
     life_p95: String,
+    login_p95: String,
+    login_max: String,
+    logins_waiting: String,
+    login_over: bool,
     errors: String,
     aborted: String,
     errors_nonzero: bool,
@@ -478,6 +482,10 @@ fn class_row(r: &PhaseRow) -> ClassRow {
         sessions_ended: count(r.sessions_ended),
         life_mean: opt(r.lifetime_mean_s),
         life_p95: opt(r.lifetime_p95_s),
+        login_p95: opt(r.login_p95_ms.map(|ms| ms / 1000.0)),
+        login_max: opt(r.login_max_ms.map(|ms| ms / 1000.0)),
+        logins_waiting: count(r.logins_waiting),
+        login_over: r.login_max_ms.is_some_and(|ms| ms / 1000.0 > crate::core::validity::LOGIN_WAIT_LIMIT_S),
         errors: count(r.errors),
         aborted: count(r.aborted_sessions),
         errors_nonzero: r.errors > 0,
@@ -489,6 +497,10 @@ const GOODPUT_CAPTION: &str = "Completed queries per second of each class (thin:
     a drop inside a red fault window is throughput lost to the failure, and the grey warm-up is excluded from every figure.";
 const P95_CAPTION: &str = "95th-percentile latency of the queries completed in each second, measured from their intended \
     start so stalls count; a rise inside a fault window is queueing on the survivors, and gaps are seconds without completions.";
+const LOGINS_CAPTION: &str = "How long the oldest login of each class still waiting at the end of each second had \
+    waited (from its session's intended start: the admission gate, retries, the connect and the postmaster's fork); \
+    gaps are seconds with no login waiting. The dashed line is the login-wait check's limit, PgBouncer's 120 s \
+    query_wait_timeout; timeseries.csv has the number waiting, phases.csv the waits' percentiles per phase.";
 const CPU_CAPTION: &str =
     "CPU each replica used as a fraction of its budget C, per sample; the dashed line at 1.0 is the \
     budget, and a line stops while its replica is down or unmeasured.";
@@ -499,7 +511,7 @@ const BARS_CAPTION: &str =
     "Each phase after the warm-up relative to the baseline: goodput retention (left, below 1 is lost \
     throughput) and p95 inflation (right, above 1 is slower service) for each class; the dashed line marks no change.";
 
-/// The five figures, in page order, with the caption that says how to read each.
+/// The figures, in page order, with the caption that says how to read each.
 fn chart_views(
     s: &Summary,
     m: &RunMetrics,
@@ -522,6 +534,7 @@ fn chart_views(
     let mut views = vec![
         view("goodput", "Goodput per class", GOODPUT_CAPTION.into(), charts::goodput(&m.timeseries, frame)?),
         view("p95", "p95 latency per class", P95_CAPTION.into(), charts::p95(&m.timeseries, frame)?),
+        view("logins", "Login wait per class", LOGINS_CAPTION.into(), charts::logins(&m.timeseries, frame)?),
     ];
     match &m.roles {
         Some(roles) => {

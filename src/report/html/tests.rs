@@ -35,6 +35,11 @@ fn phase_row(name: &str, start_s: f64, end_s: f64, survivors: usize, class: Clas
         cpu_cv: Some(0.1),
         rejected: 0,
         queued_ms_p95: None,
+        login_p50_ms: Some(4.0 / hurt),
+        login_p95_ms: Some(9.0 / hurt),
+        login_p99_ms: Some(15.0 / hurt),
+        login_max_ms: Some(40.0 / hurt),
+        logins_waiting: if survivors < 5 { 3 } else { 1 },
     }
 }
 
@@ -86,6 +91,8 @@ fn synthetic(partial: bool, workload: &str) -> (Summary, RunMetrics) {
                     p95_ms: p95,
                     active_sessions: 10,
                     wanting: 0,
+                    logins_waiting: if (90..95).contains(&t) { 4 } else { 0 },
+                    login_oldest_ms: (90..95).contains(&t).then_some(300.0),
                 }
             })
         })
@@ -134,6 +141,7 @@ fn synthetic(partial: bool, workload: &str) -> (Summary, RunMetrics) {
             mix: "25:75".into(),
             clients: 100,
             load: None,
+            offered: Some(6.46),
             calibration: None,
             replicas: 5,
             reference: "2,1,2".into(),
@@ -216,16 +224,18 @@ fn page(partial: bool) -> String {
 }
 
 #[test]
-fn page_shows_every_phase_both_classes_and_five_charts() {
+fn page_shows_every_phase_both_classes_and_six_charts() {
     let html = page(false);
     for name in ["warmup", "baseline", "down1", "rejoin1", "Premium", "Freemium", "ramp, excluded from figures"] {
         assert!(html.contains(name), "missing {name}");
     }
-    assert_eq!(html.matches("<svg").count(), 5);
-    assert_eq!(html.matches("</svg>").count(), 5);
+    assert_eq!(html.matches("<svg").count(), 6);
+    assert_eq!(html.matches("</svg>").count(), 6);
     assert_eq!(html.matches(r#"class="cls-P"#).count(), 4 + 1, "4 phase rows and 1 accounting row");
     assert_eq!(html.matches(r#"class="cls-F"#).count(), 4 + 1);
     assert_eq!(html.matches(r#"class="cls-P warmup first""#).count(), 1);
+    assert!(html.contains("Login wait per class") && html.contains("oldest login waiting (s)"));
+    assert!(html.contains(">Login wait</th>") && html.contains("waiting at end</th>"));
     // Charts use the class colours (plotters writes upper-case hex).
     let upper = html.to_uppercase();
     assert!(upper.contains("#1F77B4") && upper.contains("#FF7F0E"));
@@ -354,7 +364,7 @@ fn user_text_is_escaped() {
 fn page_makes_no_network_references() {
     let html = page(true);
     let stripped = html.replace(r#"xmlns="http://www.w3.org/2000/svg""#, "");
-    assert_eq!(html.len() - stripped.len(), 5 * r#"xmlns="http://www.w3.org/2000/svg""#.len());
+    assert_eq!(html.len() - stripped.len(), 6 * r#"xmlns="http://www.w3.org/2000/svg""#.len());
     for needle in ["http://", "https://", "<link", "<script", " src=", "@import", "url("] {
         assert!(!stripped.contains(needle), "found {needle}");
     }
@@ -413,14 +423,14 @@ fn degenerate_runs_still_render() {
     m.replicas.clear();
     m.events.clear();
     let html = render(&s, &m).unwrap();
-    assert_eq!(html.matches("<svg").count(), 5);
+    assert_eq!(html.matches("<svg").count(), 6);
     assert!(html.contains("no replica samples"));
     // Not even phases (a run interrupted at once).
     s.phases.clear();
     m.phases.clear();
     s.fault_events.clear();
     let html = render(&s, &m).unwrap();
-    assert_eq!(html.matches("<svg").count(), 5);
+    assert_eq!(html.matches("<svg").count(), 6);
     assert!(html.contains("No events were recorded."));
 }
 
