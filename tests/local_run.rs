@@ -586,12 +586,6 @@ fn a_starved_class_fails_the_progress_check_on_the_real_cluster() {
     let progress =
         s["verdicts"].as_array().unwrap().iter().find(|v| v["name"] == "progress").expect("a progress verdict");
     assert_eq!(progress["ok"], Value::Bool(false));
-    // Its logins wait for the paused replicas (no login deadline) or for a
-    // replica to take them: the last phase ends with Premium logins waiting,
-    // the oldest about as long as the starvation.
-    let last_p = s["phases"].as_array().unwrap().iter().rfind(|r| r["class"] == "P").unwrap();
-    assert!(last_p["logins_waiting"].as_u64().unwrap() > 0, "{last_p}");
-    assert!(last_p["login_max_ms"].as_f64().unwrap() >= 20_000.0, "{last_p}");
     let enforced = s["environment"]["cpu_budget_enforced"].as_bool().expect("cpu_budget_enforced");
     assert_cleaned_up(&sb, &run.seen, enforced);
 }
