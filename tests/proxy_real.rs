@@ -502,6 +502,16 @@ fn csv_rows(path: &Path) -> Vec<BTreeMap<String, String>> {
     lines.map(|l| head.iter().cloned().zip(l.split(',').map(str::to_string)).collect()).collect()
 }
 
+/// Every phase after the warm-up has its login waits (issue 48): the
+/// clients logged in through the proxy, and a generator child's logins
+/// reach its parent's books.
+fn assert_logins_measured(summary: &serde_json::Value) {
+    for r in summary["phases"].as_array().unwrap().iter().filter(|r| r["phase"] != "warmup") {
+        let (p50, max) = (r["login_p50_ms"].as_f64(), r["login_max_ms"].as_f64());
+        assert!(p50.is_some_and(|ms| ms > 0.0) && max >= p50, "login waits through the proxy: {r}");
+    }
+}
+
 /// `run --via-proxy`: the run's own clients through a proxy child it
 /// starts with its routing flags. The proxy routes (each class on its own
 /// role's replicas in the baseline, per the replica the proxy named for
@@ -542,6 +552,7 @@ fn a_run_through_its_own_proxy() {
     assert!(via.starts_with("plbbench proxy process at 127.0.0.1:"), "{via}");
     let proxy = summary["verdicts"].as_array().unwrap().iter().find(|v| v["name"] == "proxy").expect("a proxy verdict");
     assert_eq!(proxy["ok"], true, "{proxy}");
+    assert_logins_measured(&summary);
     let html = std::fs::read_to_string(out_dir.join("report.html")).unwrap();
     assert!(html.contains("routed by") && html.contains("plbbench proxy process at"), "the report says so");
     // The proxy's own events: r1 goes down at the premium fault and its
@@ -629,6 +640,7 @@ fn a_run_with_two_generators_through_one_proxy() {
     assert!(stdout.contains("via a plbbench proxy process"), "{stdout}");
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out_dir.join("summary.json")).unwrap()).unwrap();
+    assert_logins_measured(&summary);
     let verdict =
         |name: &str| summary["verdicts"].as_array().unwrap().iter().find(|v| v["name"] == name).cloned().expect(name);
     assert_eq!(verdict("accounting")["ok"], true);
