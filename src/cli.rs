@@ -37,6 +37,8 @@ pub enum Command {
     Cluster(ClusterArgs),
     /// Run a grid of strategies x mixes x fault presets x repeats; write medians, quartiles and the paper's figures.
     Experiment(ExperimentArgs),
+    /// Map where the paper's findings hold over workload parameters (think time, session length, T, arrival process) on the simulator: a heat map per finding, a panel per mix, with the paper's band outlined.
+    Map(crate::commands::map::MapArgs),
     /// Run the same grid on the simulator and on a real backend; write the sim-vs-real table (goodput, p95) and its agreement fractions.
     Agreement(AgreementArgs),
     /// Measure a replica's costs under its CPU quota with the cluster loaded (queries at several concurrencies and at a run's, connection set-up) into a calibration file.

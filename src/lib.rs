@@ -34,6 +34,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         Command::Run(args) => run_cmd::run(args),
         Command::Roles(args) => roles::roles(args),
         Command::Experiment(args) => experiment::experiment(args),
+        Command::Map(args) => crate::commands::map::map(args),
         Command::Cluster(args) => cluster_cmd::cluster(args),
         Command::Agreement(args) => crate::commands::agreement::agreement(args),
         Command::Calibrate(args) => crate::commands::calibrate::calibrate(args),

@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod compare;
 pub mod experiment;
 mod lists;
+pub mod map;
 pub mod proxy;
 pub mod reap;
 pub mod roles;

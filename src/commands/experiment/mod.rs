@@ -428,7 +428,7 @@ fn run_line(done: usize, pending: usize, name: &str, s: &Summary, elapsed_s: f64
 
 /// Runs every run that is not done, in grid order, under one progress bar;
 /// returns every run's summary (kept or new) with whether it was kept.
-fn execute_pending(
+pub(crate) fn execute_pending(
     grid: &[GridRun],
     states: Vec<RunState>,
     pending: usize,
