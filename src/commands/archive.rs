@@ -85,9 +85,9 @@ fn render(page: &Page) -> Result<String, minijinja::Error> {
     env.get_template("archive.html")?.render(page)
 }
 
-/// Depth-first: a folder with experiment.json or summary.json is an entry
-/// (not descended into); hidden folders (temporary writes) and symbolic
-/// links are skipped.
+/// Depth-first: a folder with experiment.json or summary.json is an entry,
+/// and so is a findings map (map.json; not descended into); hidden folders
+/// (temporary writes) and symbolic links are skipped.
 fn scan(root: &Path, dir: &Path, depth: usize, out: &mut Vec<Entry>, skipped: &mut Vec<String>) {
     let Ok(read) = std::fs::read_dir(dir) else { return };
     let mut children: Vec<PathBuf> = read
@@ -99,7 +99,12 @@ fn scan(root: &Path, dir: &Path, depth: usize, out: &mut Vec<Entry>, skipped: &m
     children.sort();
     for child in children {
         let is_folder = ["experiment.json", "experiment.csv", "summary.json"].iter().any(|f| child.join(f).is_file());
-        if is_folder {
+        if child.join("map.json").is_file() {
+            match map_entry(root, &child) {
+                Some(e) => out.push(e),
+                None => skipped.push(format!("{}: map.json does not parse", child.display())),
+            }
+        } else if is_folder {
             match load::load(&child) {
                 Ok(folder) => out.push(entry(root, &child, &folder)),
                 Err(e) => skipped.push(e.to_string()),
@@ -190,6 +195,41 @@ fn entry(root: &Path, dir: &Path, f: &Folder) -> Entry {
         },
         figures: figures(f),
     }
+}
+
+/// A findings map's line (`plbbench map`): its mixes and cells, linked to
+/// map.html, dated by its folder.
+fn map_entry(root: &Path, dir: &Path) -> Option<Entry> {
+    #[derive(serde::Deserialize)]
+    struct MapFile {
+        workload: String,
+        mixes: Vec<String>,
+        cells: Vec<serde_json::Value>,
+    }
+    let text = std::fs::read_to_string(dir.join("map.json")).ok()?;
+    let m: MapFile = serde_json::from_str(&text).ok()?;
+    let mtime = std::fs::metadata(dir).and_then(|m| m.modified()).ok()?;
+    let utc: chrono::DateTime<chrono::Utc> = mtime.into();
+    let rel = dir.strip_prefix(root).unwrap_or(dir);
+    Some(Entry {
+        sort_key: (utc.timestamp(), utc.timestamp_nanos_opt().map_or(0, i128::from)),
+        when: utc.format("%Y-%m-%d %H:%M:%S").to_string(),
+        when_source: "folder time",
+        kind: "map",
+        name: rel.display().to_string(),
+        link: minijinja::Value::from_safe_string(href(&rel.join("map.html"))),
+        link_text: "map",
+        strategies: vec!["plb".into(), "rr-split".into(), "rr".into()],
+        mixes: m.mixes,
+        faults: vec!["premium-fault".into(), "cascade".into()],
+        clients: "–".into(),
+        cluster: "sim".into(),
+        scale: "–".into(),
+        runs: m.cells.len(),
+        partial: false,
+        figures_of: format!("findings map of {} over {} cells", m.workload, m.cells.len()),
+        figures: Vec::new(),
+    })
 }
 
 /// Seconds since the epoch, the text shown, and where it came from:

@@ -50,8 +50,9 @@ fn colour(t: f64) -> String {
     format!("#{:02x}{:02x}{:02x}", lerp(247.0, 8.0), lerp(251.0, 48.0), lerp(255.0, 107.0))
 }
 
-/// The heat map of `finding` over `panels`.
-pub fn svg(finding: &Finding, frame: &Frame, panels: &[Panel]) -> String {
+/// The heat map of `finding` over `panels`; `facet` names the values of
+/// the axes past the second (empty with two axes or fewer).
+pub fn svg(finding: &Finding, frame: &Frame, panels: &[Panel], facet: &str) -> String {
     let (nx, ny) = (frame.x.1.len().max(1), frame.y.1.len().max(1));
     let panel_w = LEFT + nx as f64 * CELL_W;
     let width = panels.len() as f64 * (panel_w + GAP) + 20.0;
@@ -61,9 +62,14 @@ pub fn svg(finding: &Finding, frame: &Frame, panels: &[Panel]) -> String {
     let mut out = String::new();
     let _ = write!(
         out,
-        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" font-family="sans-serif" font-size="12"><defs><pattern id="hatch-{id}" width="8" height="8" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><line x1="0" y1="0" x2="0" y2="8" stroke="#c0392b" stroke-width="2"/></pattern></defs><text x="10" y="18" font-size="14" font-weight="bold">{title} · paper: {band}</text>"##,
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" font-family="sans-serif" font-size="12"><defs><pattern id="hatch-{id}" width="8" height="8" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><line x1="0" y1="0" x2="0" y2="8" stroke="#c0392b" stroke-width="2"/></pattern></defs><text x="10" y="18" font-size="14" font-weight="bold">{title}{facet} · paper: {band}</text>"##,
         id = finding.id,
         title = finding.title,
+        facet = if facet.is_empty() {
+            String::new()
+        } else {
+            format!(" · {}", facet.replace('_', ", ").replace('-', "="))
+        },
         band = finding.band_text()
     );
     for (k, p) in panels.iter().enumerate() {
@@ -159,11 +165,11 @@ mod tests {
             Square { at: (0, 0), value: Some(27.0), invalid: false, chosen: true },
             Square { at: (1, 0), value: Some(10.0), invalid: true, chosen: false },
         ];
-        let s = svg(&FINDINGS[0], &frame, &[Panel { mix: "25:75".into(), squares }]);
+        let s = svg(&FINDINGS[0], &frame, &[Panel { mix: "25:75".into(), squares }], "load-closed");
         assert_eq!(s.matches("stroke-width=\"3\"").count(), 1, "one cell in the band");
         assert_eq!(s.matches("url(#hatch-rq1_gain_pp)").count(), 1, "one hatched");
         assert_eq!(s.matches("<circle").count(), 1);
-        assert!(s.contains(">27.0<") && s.contains(">10.0<") && s.contains("paper: 26..28"));
+        assert!(s.contains(">27.0<") && s.contains(">10.0<") && s.contains("(pp) · load=closed · paper: 26..28"));
         assert!(s.starts_with("<svg") && s.ends_with("</svg>"));
     }
 }

@@ -238,7 +238,7 @@ fn figures(axes: &[Axis], results: &[CellResult], mixes: &[String]) -> Vec<(Stri
                 })
                 .collect();
             let name = if fc.is_empty() { f.id.to_string() } else { format!("{}-{fc}", f.id) };
-            out.push((name, heat::svg(f, &frame, &panels)));
+            out.push((name, heat::svg(f, &frame, &panels, fc)));
         }
     }
     out
