@@ -2,7 +2,9 @@
 """The paper workload's fit (docs/paper.md, "The paper's regime"): a sweep of
 the workload's unknowns on the simulator, scored on the in-sample findings
 (RQ1's retention gain at every mix, RQ2's Premium goodput ratio and p95
-change at 25:75), with every run's validity checks counted.
+change at 25:75), with every run's validity checks counted. Superseded on
+2026-12-06 by `plbbench map` and scripts/fit-map.py, which read the same
+score from a findings map; kept so the earlier fits' commands still run.
 
 For each candidate (think time between queries, mean queries per session,
 Premium:Freemium cost ratio) it writes a workload file from

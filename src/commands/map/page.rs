@@ -137,17 +137,15 @@ impl Map {
         (held, valid.len())
     }
 
+    /// [`Self::holds`] at every mix, in order.
+    fn held<'a>(&'a self, f: &'a Finding) -> impl Iterator<Item = (usize, usize)> + 'a {
+        self.mixes.iter().map(move |m| self.holds(f, m))
+    }
+
     fn html(&self) -> String {
         let mut rows = String::new();
         for f in &FINDINGS {
-            let cells: Vec<String> = self
-                .mixes
-                .iter()
-                .map(|m| {
-                    let (h, n) = self.holds(f, m);
-                    format!("<td>{h} of {n}</td>")
-                })
-                .collect();
+            let cells: Vec<String> = self.held(f).map(|(h, n)| format!("<td>{h} of {n}</td>")).collect();
             rows.push_str(&format!("<tr><td>{}</td><td>{}</td>{}</tr>\n", f.title, f.band_text(), cells.concat()));
         }
         let mix_heads: String = self.mixes.iter().map(|m| format!("<th>{m}</th>")).collect();
@@ -169,14 +167,7 @@ impl Map {
     pub fn summary_text(&self) -> String {
         let mut out = format!("{:<58} {:>10}  {}\n", "finding", "paper", self.mixes.join("  "));
         for f in &FINDINGS {
-            let per: Vec<String> = self
-                .mixes
-                .iter()
-                .map(|m| {
-                    let (h, n) = self.holds(f, m);
-                    format!("{h}/{n}")
-                })
-                .collect();
+            let per: Vec<String> = self.held(f).map(|(h, n)| format!("{h}/{n}")).collect();
             out.push_str(&format!("{:<58} {:>10}  {}\n", f.title, f.band_text(), per.join("  ")));
         }
         let invalid = self.cells.iter().filter(|c| c.runs_failing > 0).count();
