@@ -45,7 +45,8 @@ fn a_small_map_writes_every_file_marks_bands_and_resumes() {
     assert!(svg.contains("paper: 26..28") && svg.contains("url(#hatch-rq1_gain_pp)") && svg.contains("<circle"));
     assert_eq!(svg.matches(">25:75<").count() + svg.matches(">50:50<").count(), 2, "a panel per mix");
     let html = std::fs::read_to_string(dir.join("map.html")).unwrap();
-    assert_eq!(html.matches("<svg").count(), 9, "a heat map per finding");
+    assert_eq!(html.matches("<img src=\"figures/").count(), 9, "a heat map per finding");
+    assert!(dir.join("figures/rq2_goodput_ratio.svg").is_file());
     let again = plbbench(&[&args[..], &["--out", out]].concat());
     let err = String::from_utf8_lossy(&again.stderr);
     assert!(again.status.success() && err.contains("2 cells, 16 runs, 0 to do"), "{err}");

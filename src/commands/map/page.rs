@@ -149,7 +149,13 @@ impl Map {
             rows.push_str(&format!("<tr><td>{}</td><td>{}</td>{}</tr>\n", f.title, f.band_text(), cells.concat()));
         }
         let mix_heads: String = self.mixes.iter().map(|m| format!("<th>{m}</th>")).collect();
-        let svgs: String = self.svgs.iter().map(|(_, s)| format!("<figure>{s}</figure>\n")).collect();
+        // The figures are files beside the page (figures/*.svg), not inlined:
+        // a map draws a figure per finding and facet, and the page stays small.
+        let svgs: String = self
+            .svgs
+            .iter()
+            .map(|(name, _)| format!("<figure><img src=\"figures/{name}.svg\" alt=\"{name}\"></figure>\n"))
+            .collect();
         let axes: Vec<String> = self.axes.iter().map(|(k, v)| format!("{k} = {}", v.join(", "))).collect();
         format!(
             "<!doctype html><html><head><meta charset=\"utf-8\"><title>plbbench map</title>\
