@@ -51,7 +51,7 @@ apt_install() {
     command -v apt-get >/dev/null 2>&1 || die "apt-get not found: install PostgreSQL (server and pgbench) by hand, or set PLBBENCH_PG_BIN to its bin directory"
     [[ $(id -u) -eq 0 ]] || die "must run as root to install packages (try: sudo $0)"
     if [[ $apt_updated -eq 0 ]]; then
-        quiet_step install-postgres "apt-get update (log: $QUIET_LOG)" apt-get update || exit 1
+        quiet_apt_update install-postgres || exit 1
         apt_updated=1
     fi
     quiet_step install-postgres "installing Debian's $*" \

@@ -15,6 +15,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/quiet.sh
 source scripts/lib/quiet.sh
+# One apt-get update for every install step below (scripts/lib/quiet.sh).
+APT_DIR=$(mktemp -d)
+trap 'rm -rf "$APT_DIR"' EXIT
+export PLBBENCH_APT_ONCE="$APT_DIR/updated"
 
 bash scripts/install-postgres.sh
 bash scripts/install-prometheus.sh

@@ -25,12 +25,23 @@ quiet_step() {
     return "$rc"
 }
 
-# `quiet_apt WHO PKG...`: apt-get update, then install PKG without
-# recommends, each a quiet step.
+# `quiet_apt_update WHO`: apt-get update, once per set-up: setup.sh names
+# a stamp file in $PLBBENCH_APT_ONCE that the first successful update
+# creates, so the install scripts it runs share one update; a script run
+# on its own updates every time.
+quiet_apt_update() {
+    local who=$1
+    [[ -n "${PLBBENCH_APT_ONCE:-}" && -e "$PLBBENCH_APT_ONCE" ]] && return 0
+    quiet_step "$who" "apt-get update (log: $QUIET_LOG)" apt-get update || return
+    [[ -z "${PLBBENCH_APT_ONCE:-}" ]] || : >"$PLBBENCH_APT_ONCE"
+}
+
+# `quiet_apt WHO PKG...`: apt-get update (once per set-up), then install
+# PKG without recommends, each a quiet step.
 quiet_apt() {
     local who=$1
     shift
-    quiet_step "$who" "apt-get update (log: $QUIET_LOG)" apt-get update || return
+    quiet_apt_update "$who" || return
     quiet_step "$who" "installing Debian's $*" \
         env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"
 }
