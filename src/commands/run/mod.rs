@@ -28,8 +28,10 @@ pub mod generators;
 pub mod launch;
 mod memory;
 pub mod plan;
+mod proxy_args;
 mod stream;
 pub mod via_proxy;
+mod workloads;
 
 /// `plbbench run`: validates the flags, runs, writes the folder, refreshes
 /// the archive and prints the headline and each failed check. A run stopped

@@ -28,34 +28,14 @@ use std::time::Duration;
 /// paper's experiment.
 pub const DEFAULT_WORKLOAD: &str = "paper";
 
+use super::workloads::built_in;
+pub use super::workloads::{built_in_workload, BUILT_IN_WORKLOADS};
+
 /// The steady open workload (`workloads/analytics.toml`), the home of the
 /// load axis: `--load` without `--workload` runs it, and `calibrate` and
 /// `cluster up` default to its templates and dataset (the paper's are the
 /// same).
 pub const STEADY_WORKLOAD: &str = "analytics";
-
-/// The workloads built into the binary, by name: `--workload NAME` finds
-/// them without a path (a file of that name, if one exists, wins).
-pub const BUILT_IN_WORKLOADS: [(&str, &str); 4] = [
-    ("paper", include_str!("../../../workloads/paper.toml")),
-    ("analytics", include_str!("../../../workloads/analytics.toml")),
-    ("closed-population", include_str!("../../../workloads/closed-population.toml")),
-    ("held-sessions", include_str!("../../../workloads/held-sessions.toml")),
-];
-
-/// The text of the built-in workload `name` (one of [`BUILT_IN_WORKLOADS`]).
-fn built_in(name: &str) -> &'static str {
-    BUILT_IN_WORKLOADS.iter().find(|(n, _)| *n == name).map(|(_, text)| *text).expect("a built-in workload")
-}
-
-/// The text of the built-in workload `name`, if `name` is one and no file
-/// of that name exists.
-pub fn built_in_workload(name: &Path) -> Option<&'static str> {
-    if name.exists() {
-        return None;
-    }
-    BUILT_IN_WORKLOADS.iter().find(|(n, _)| Path::new(n) == name).map(|(_, text)| *text)
-}
 
 /// Where the sessions run.
 #[derive(Clone, Debug, PartialEq)]
@@ -326,7 +306,7 @@ fn time_scale(duration: Option<Duration>, time_scale: f64, w: &Workload) -> Resu
 impl Plan {
     /// Validates `args` into a plan.
     pub fn new(mut args: RunArgs) -> Result<Plan, Error> {
-        args.via_proxy |= super::generators::check(&args)?;
+        args.via_proxy |= super::proxy_args::check_generators(&args)?;
         let c = &args.common;
         let premium_pct = parse_mix(&args.mix)?;
         let (reference, split) = check_numbers(c, args.strategy)?;
@@ -366,7 +346,7 @@ impl Plan {
             refuse_partition_on_local(&faults_name, &events)?;
         }
         let x = time_scale(args.duration, c.time_scale, &workload)?;
-        let via_proxy = super::via_proxy::flags(&args, x)?;
+        let via_proxy = super::proxy_args::flags(&args, x)?;
         let faults = faults::scaled(&events, x);
         let (ramp_s, duration_s) = (workload.arrival.ramp_s * x, workload.run.duration_s * x);
         let phases = phases::cut(&faults, c.replicas, ramp_s, workload.run.baseline_s * x, duration_s);

@@ -8,14 +8,12 @@
 //! with the run: SIGTERM at the end, and the kernel's parent-death signal
 //! if the run is killed.
 
-use super::args::RunArgs;
 use crate::backend::driver::ProxyLink;
 use crate::backend::proxy_feed::Feed;
 use crate::cluster::Cluster;
 use crate::core::outcome::Verdict;
-use crate::core::settings::{Admission, ClusterKind, Detection, Named};
 use crate::core::workload::Workload;
-use crate::error::{input, Error};
+use crate::error::Error;
 use anyhow::{anyhow, Context};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -29,66 +27,6 @@ pub const FREEMIUM_APP: &str = "freemium";
 
 /// How long the proxy may take to open the cluster and listen.
 const READY_WITHIN: Duration = Duration::from_secs(60);
-
-/// Checks `--via-proxy` against the other flags; returns the flags the
-/// proxy child is started with (`None` without `--via-proxy`).
-pub fn flags(args: &RunArgs, time_scale: f64) -> Result<Option<Vec<String>>, Error> {
-    if !args.via_proxy {
-        return Ok(None);
-    }
-    let c = &args.common;
-    if c.cluster == ClusterKind::Sim {
-        return Err(input("--via-proxy", "needs real servers: --cluster local, docker or external"));
-    }
-    if c.detection == Detection::Oracle {
-        return Err(input(
-            "--via-proxy",
-            "the proxy learns of faults by its own probes; --detection oracle cannot tell it",
-        ));
-    }
-    if args.admission != Admission::None {
-        return Err(input("--via-proxy", "--admission modes needs the replicas' CPU, which the proxy does not sample"));
-    }
-    let mut f: Vec<String> = Vec::new();
-    let mut put = |flag: &str, value: String| f.extend([flag.to_string(), value]);
-    put("--strategy", args.strategy.name().into());
-    put("--mix", args.mix.clone());
-    put("--recovery", args.recovery.name().into());
-    put("--T", c.clients.to_string());
-    put("--replicas", c.replicas.to_string());
-    put("--seed", c.seed.to_string());
-    put("--time-scale", time_scale.to_string());
-    put("--cpus", c.cpus.to_string());
-    put("--detection", c.detection.name().into());
-    put("--probe-interval-ms", c.probe_interval_ms.to_string());
-    let absolute = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-    for (flag, value) in [
-        ("--reference", c.reference.clone()),
-        ("--split", c.split.clone()),
-        (
-            "--workload",
-            c.workload.as_deref().map(|p| match super::plan::built_in_workload(p) {
-                Some(_) => p.display().to_string(),
-                None => absolute(p).display().to_string(),
-            }),
-        ),
-        ("--calibration", c.calibration.as_deref().map(|p| absolute(p).display().to_string())),
-        ("--load", c.load.map(|x| x.to_string())),
-        ("--theta", c.theta.map(|x| x.to_string())),
-        ("--freemium-borrow", c.freemium_borrow.map(|x| x.name().to_string())),
-    ] {
-        if let Some(v) = value {
-            put(flag, v);
-        }
-    }
-    if c.mixed_unbounded {
-        f.push("--mixed-unbounded".into());
-    }
-    if let Some(a) = args.metrics_addr {
-        f.extend(["--metrics-addr".into(), a.to_string()]);
-    }
-    Ok(Some(f))
-}
 
 /// A libpq key/value DSN for `cfg` (host, port, user, password, dbname).
 pub(crate) fn dsn(cfg: &tokio_postgres::Config) -> String {
@@ -307,22 +245,6 @@ mod tests {
             let parsed = crate::proxy::config::ProxyConfig::parse(&text);
             assert!(parsed.is_ok(), "{name}: {parsed:?}\n{text}");
         }
-    }
-
-    #[test]
-    fn via_proxy_refuses_what_the_proxy_cannot_do() {
-        let mut run = default_run_args();
-        run.via_proxy = true;
-        run.common.cluster = ClusterKind::Sim;
-        assert!(flags(&run, 1.0).unwrap_err().to_string().contains("--via-proxy"));
-        run.common.cluster = ClusterKind::Local;
-        run.common.detection = Detection::Oracle;
-        assert!(flags(&run, 1.0).is_err());
-        run.common.detection = Detection::Probe;
-        run.admission = Admission::Modes;
-        assert!(flags(&run, 1.0).is_err());
-        run.admission = Admission::None;
-        assert!(flags(&run, 1.0).unwrap().is_some());
     }
 
     #[test]

@@ -16,7 +16,6 @@
 //! is interrupted; if it is killed, the kernel's parent-death signal (a
 //! process) or the end of its stdin (both).
 
-use super::args::RunArgs;
 use super::plan::Plan;
 use crate::backend::generator_feed::{self, Go, Line, Offset, Word};
 use crate::backend::remote::{Remote, RemoteEnd, Stop};
@@ -24,8 +23,8 @@ use crate::cluster::docker::generators::{Containers, Spec};
 use crate::cluster::Cluster;
 use crate::core::outcome::Verdict;
 use crate::core::schedule::Client;
-use crate::core::settings::{ClusterKind, GeneratorsOn};
-use crate::error::{input, Error};
+use crate::core::settings::GeneratorsOn;
+use crate::error::Error;
 use anyhow::{anyhow, Context};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
@@ -37,8 +36,7 @@ mod child;
 
 pub use child::run as child;
 
-/// The most generator children a run may start.
-pub const MAX: u32 = 64;
+pub use super::proxy_args::MAX_GENERATORS as MAX;
 
 /// How long a child may take to build its plan and say it is ready (a
 /// container's includes its start).
@@ -49,38 +47,6 @@ const PINGS: usize = 8;
 
 /// How long a child may take to answer one clock reading.
 const PONG_WITHIN: Duration = Duration::from_secs(5);
-
-/// Checks `--generators` (and the internal `--generator-child`) against
-/// the other flags; whether the run has several (then it goes through a
-/// proxy, as with `--via-proxy`).
-pub fn check(args: &RunArgs) -> Result<bool, Error> {
-    let n = args.generators;
-    if n == 0 || n > MAX {
-        return Err(input("--generators", format!("must be 1 to {MAX}, got {n}")));
-    }
-    if let Some(i) = args.generator_child.filter(|&i| i >= n) {
-        return Err(input("--generator-child", format!("{i} is not below --generators {n}")));
-    }
-    if n == 1 {
-        if args.generators_on == GeneratorsOn::Docker {
-            return Err(input("--generators-on", "docker needs --generators 2 or more"));
-        }
-        return Ok(false);
-    }
-    if args.common.cluster == ClusterKind::Sim {
-        return Err(input(
-            "--generators",
-            "needs real servers (--cluster local, docker or external): the simulator runs every client in one process",
-        ));
-    }
-    if n > args.common.clients {
-        return Err(input(
-            "--generators",
-            format!("{n} generators need at least {n} clients; --T is {}", args.common.clients),
-        ));
-    }
-    Ok(true)
-}
 
 /// Generator `index` of `n`'s clients: every `n`th, from the `index`th.
 pub fn share(clients: Vec<Client>, index: u32, n: u32) -> Vec<Client> {
@@ -366,31 +332,6 @@ impl Drop for Children {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands::run::args::default_run_args;
-
-    #[test]
-    fn several_generators_need_real_servers_and_a_client_each() {
-        let mut run = default_run_args();
-        assert!(!check(&run).unwrap(), "one generator: the run as before");
-        run.generators_on = GeneratorsOn::Docker;
-        let e = check(&run).unwrap_err();
-        assert_eq!(e.to_string(), "--generators-on: docker needs --generators 2 or more");
-        run.generators_on = GeneratorsOn::Host;
-        run.generators = 0;
-        assert!(check(&run).unwrap_err().to_string().contains("--generators"));
-        run.generators = 2;
-        run.common.cluster = ClusterKind::Sim;
-        let e = check(&run).unwrap_err();
-        assert!(e.to_string().starts_with("--generators: needs real servers"), "{e}");
-        assert_eq!(e.exit_code(), 2);
-        run.common.cluster = ClusterKind::Local;
-        assert!(check(&run).unwrap(), "two generators go through a proxy");
-        run.common.clients = 1;
-        assert!(check(&run).unwrap_err().to_string().contains("at least 2 clients"));
-        run.common.clients = 10;
-        run.generator_child = Some(2);
-        assert!(check(&run).unwrap_err().to_string().starts_with("--generator-child"));
-    }
 
     #[test]
     fn the_shares_are_the_single_generators_clients() {
