@@ -353,7 +353,7 @@ pub fn experiment(args: ExperimentArgs) -> Result<(), Error> {
         root.display()
     );
     let shown = args.common.progress.resolve(args.common.quiet);
-    let summaries = execute_pending(&grid, states, pending, shown)?;
+    let summaries = execute_pending(&grid, states, pending, shown, true)?;
     // Under `--checks fail` a run that failed a check is in no aggregate
     // (its folder stays, named in experiment.json and the report).
     let exclude = args.common.checks == Checks::Fail;
@@ -428,11 +428,14 @@ fn run_line(done: usize, pending: usize, name: &str, s: &Summary, elapsed_s: f64
 
 /// Runs every run that is not done, in grid order, under one progress bar;
 /// returns every run's summary (kept or new) with whether it was kept.
+/// `checks_told`: each failed check is a line on stderr (a findings map
+/// records them in its cells instead).
 pub(crate) fn execute_pending(
     grid: &[GridRun],
     states: Vec<RunState>,
     pending: usize,
     shown: Shown,
+    checks_told: bool,
 ) -> Result<Vec<(Summary, bool)>, Error> {
     let bar = crate::progress::bar(shown == Shown::Bar, pending as u64, "runs  eta {eta}");
     let mut out = Vec::with_capacity(grid.len());
@@ -463,8 +466,9 @@ pub(crate) fn execute_pending(
                 detail: format!("run {} is partial; rerun the same command to resume the experiment", run.name),
             });
         }
-        for line in run_cmd::failed_check_lines(&result.summary, run.plan.checks, Some(&run.name)) {
-            crate::progress::note(&bar, &line);
+        let lines = run_cmd::failed_check_lines(&result.summary, run.plan.checks, Some(&run.name));
+        for line in lines.iter().filter(|_| checks_told) {
+            crate::progress::note(&bar, line);
         }
         done += 1;
         if shown == Shown::Lines {

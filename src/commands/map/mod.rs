@@ -106,7 +106,7 @@ pub fn map(args: MapArgs) -> Result<(), Error> {
     );
     let shown = crate::commands::run::args::Progress::Auto.resolve(args.quiet);
     let summaries: Vec<Summary> =
-        experiment::execute_pending(&grid, states, pending, shown)?.into_iter().map(|(s, _)| s).collect();
+        experiment::execute_pending(&grid, states, pending, shown, false)?.into_iter().map(|(s, _)| s).collect();
     let chosen = chosen_point(&base, args.clients);
     let out =
         page::Map::build(&args, &axes, &plans.iter().map(|p| cell_result(p, &summaries, &chosen)).collect::<Vec<_>>());
