@@ -231,11 +231,12 @@ fn page_shows_every_phase_both_classes_and_six_charts() {
     }
     assert_eq!(html.matches("<svg").count(), 6);
     assert_eq!(html.matches("</svg>").count(), 6);
-    assert_eq!(html.matches(r#"class="cls-P"#).count(), 4 + 1, "4 phase rows and 1 accounting row");
-    assert_eq!(html.matches(r#"class="cls-F"#).count(), 4 + 1);
+    assert_eq!(html.matches(r#"class="cls-P"#).count(), 4 + 4 + 1, "4 phase rows, 4 login rows, 1 accounting row");
+    assert_eq!(html.matches(r#"class="cls-F"#).count(), 4 + 4 + 1);
     assert_eq!(html.matches(r#"class="cls-P warmup first""#).count(), 1);
     assert!(html.contains("Login wait per class") && html.contains("oldest login waiting (s)"));
-    assert!(html.contains(">Login wait</th>") && html.contains("waiting at end</th>"));
+    assert!(html.contains("<h2>Login waits</h2>") && html.contains("waiting at its end</th>"));
+    assert_eq!(html.matches(r#"class="cls-P warmup""#).count(), 1, "the login table's warm-up row");
     // Charts use the class colours (plotters writes upper-case hex).
     let upper = html.to_uppercase();
     assert!(upper.contains("#1F77B4") && upper.contains("#FF7F0E"));
