@@ -195,13 +195,12 @@ fn experiment_takes_admission_as_an_axis() {
 /// Admission modes shed load without shutting the service (design.md §4,
 /// revised 2026-12-06), in the closed saturated population where Survival
 /// used to admit no class and hold itself forever on the clients' own
-/// retries: on both built-in workloads, cascade at T=1000 and T=3000,
-/// 25:75 and 50:50, every class completes queries in every phase, and
-/// every Survival entered at least its minimum duration (30 s) before the
-/// end is left.
+/// retries: on both paper workloads (`paper`, open, and `paper-closed`)
+/// and `analytics`, cascade at T=1000 and T=3000, 25:75 and 50:50, every
+/// class completes queries in every phase, and Survival is left (below).
 #[test]
 fn modes_shed_without_shutting_the_service_on_both_workloads() {
-    for workload in ["paper", "analytics"] {
+    for workload in ["paper", "paper-closed", "analytics"] {
         for t in ["1000", "3000"] {
             for mix in ["25:75", "50:50"] {
                 let case = format!("{workload} T={t} {mix}");
@@ -236,10 +235,22 @@ fn modes_shed_without_shutting_the_service_on_both_workloads() {
                     .filter(|e| e["kind"] == "mode")
                     .map(|e| (e["t_s"].parse().unwrap(), e["detail"].clone()))
                     .collect();
-                for (i, (at, detail)) in modes.iter().enumerate() {
-                    if detail.ends_with("->survival") && *at <= 300.0 - 30.0 {
-                        assert!(i + 1 < modes.len(), "{case}: Survival entered at {at} s and never left: {modes:?}");
+                // At T=3000 Premium alone offers more than the CPU budget
+                // (1.8x at 50:50 on `paper`), so CPU, Survival's signal,
+                // legitimately holds it while only Premium is admitted:
+                // there Survival must be left at least once; at T=1000
+                // every Survival entered 30 s (its minimum) before the end.
+                let entered = |(at, d): &(f64, String)| d.ends_with("->survival") && *at <= 300.0 - 30.0;
+                let left = |(_, d): &(f64, String)| d.starts_with("survival->");
+                if t == "1000" {
+                    for (i, m) in modes.iter().enumerate() {
+                        assert!(
+                            !entered(m) || i + 1 < modes.len(),
+                            "{case}: Survival entered and never left: {modes:?}"
+                        );
                     }
+                } else if modes.iter().any(entered) {
+                    assert!(modes.iter().any(left), "{case}: Survival never left: {modes:?}");
                 }
                 std::fs::remove_dir_all(out).unwrap();
             }

@@ -322,7 +322,8 @@ fn k_derives_the_splits() {
     ];
     for (extra, reference, split) in cases {
         let dir = tmp("k7");
-        let mut args = vec!["--replicas", "7", "--T", "200", "--faults", "none", "--time-scale", "0.1"];
+        let mut args =
+            vec!["--replicas", "7", "--T", "200", "--faults", "none", "--time-scale", "0.1", "--checks", "warn"];
         args.extend_from_slice(extra);
         let out = sim_run(&dir, &args);
         assert!(out.status.success(), "{extra:?}: {}", text(&out.stderr));
@@ -504,8 +505,9 @@ fn pressure_lends_idle_premium_cpu_to_freemium() {
 /// theta comes from the workload (design.md §2): the expected concurrent
 /// sessions per replica in the baseline, rounded up, so it follows T; a
 /// number overrides it. 36 is the steady workload's at T=1000 (the
-/// workload's unit test pins the formula); the paper's closed population
-/// keeps every client in a session, 200 a replica.
+/// workload's unit test pins the formula); the closed population of
+/// `paper-closed` keeps every client in a session, 200 a replica; the
+/// paper's open clients at twice the budget are in one 57% of the time.
 #[test]
 fn theta_is_derived_from_the_workload_unless_given() {
     let settings = |extra: &[&str]| {
@@ -522,7 +524,8 @@ fn theta_is_derived_from_the_workload_unless_given() {
     assert_eq!(theta(&[]), 36);
     assert_eq!(theta(&["--T", "500"]), 18, "half the clients, half the sessions per replica");
     assert_eq!(theta(&["--theta", "7"]), 7);
-    assert_eq!(theta(&["--workload", "paper"]), 200, "a closed population: every client in a session");
+    assert_eq!(theta(&["--workload", "paper-closed"]), 200, "a closed population: every client in a session");
+    assert_eq!(theta(&["--workload", "paper"]), 114, "open, 2x the budget");
     // max_connections is sized for every client on one replica (docs/performance.md).
     let max_conn = |extra: &[&str]| settings(extra)["max_connections"].as_u64().unwrap();
     assert_eq!(max_conn(&[]), 1020);
@@ -551,6 +554,9 @@ fn sim_figures_are_pinned_at_a_fixed_seed() {
         ("analytics", "rr-split", "premium-fault"),
         ("paper", "plb", "cascade"),
         ("paper", "rr", "cascade"),
+        ("paper", "rr-split", "premium-fault"),
+        ("paper-closed", "plb", "cascade"),
+        ("paper-closed", "rr", "cascade"),
     ];
     for (workload, strategy, faults) in runs {
         let dir = tmp(&format!("golden-{workload}-{strategy}"));
@@ -562,7 +568,7 @@ fn sim_figures_are_pinned_at_a_fixed_seed() {
             verdicts(&summary_of(&dir)).into_iter().filter(|(_, ok)| !ok).map(|(name, _)| name).collect();
         assert_eq!(failed, Vec::<String>::new(), "{workload} {strategy} {faults}: failed checks");
         let got = std::fs::read_to_string(dir.join("phases.csv")).unwrap();
-        let prefix = if workload == "paper" { "sim-paper" } else { "sim" };
+        let prefix = if workload == "analytics" { "sim".to_string() } else { format!("sim-{workload}") };
         let file = golden.join(format!("{prefix}-{strategy}-{faults}-seed1.csv"));
         if std::env::var_os("UPDATE_GOLDEN").is_some() {
             std::fs::write(&file, &got).unwrap();

@@ -20,8 +20,20 @@ fn tmp(tag: &str) -> PathBuf {
 fn a_small_map_writes_every_file_marks_bands_and_resumes() {
     let dir = tmp("small");
     let out = dir.to_str().unwrap();
-    let args =
-        ["map", "--vary", "think_ms=250,2000", "--vary", "queries=40", "--mixes", "25:75,50:50", "--repeat", "1"];
+    // On `paper-closed`, whose point (250 ms, 40 queries, closed) is a cell.
+    let args = [
+        "map",
+        "--workload",
+        "paper-closed",
+        "--vary",
+        "think_ms=250,2000",
+        "--vary",
+        "queries=40",
+        "--mixes",
+        "25:75,50:50",
+        "--repeat",
+        "1",
+    ];
     let o = plbbench(&[&args[..], &["-q", "--out", out]].concat());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let csv = std::fs::read_to_string(dir.join("map.csv")).unwrap();
@@ -32,9 +44,9 @@ fn a_small_map_writes_every_file_marks_bands_and_resumes() {
     let cells = map["cells"].as_array().unwrap();
     assert_eq!(cells.len(), 2);
     let chosen: Vec<&serde_json::Value> = cells.iter().filter(|c| c["chosen"] == true).collect();
-    assert_eq!(chosen.len(), 1, "the paper workload's own point (250 ms, 40 queries)");
+    assert_eq!(chosen.len(), 1, "the workload's own point (250 ms, 40 queries)");
     assert_eq!(chosen[0]["params"]["think_ms"], "250");
-    // The chosen point's RQ1 at 25:75 is the default regime's (docs/paper.md: about +10 pp).
+    // The chosen point's RQ1 at 25:75 is that regime's (docs/paper.md: about +10 pp).
     let rq1 = chosen[0]["findings"]["25:75"]["rq1_gain_pp"].as_f64().unwrap();
     assert!((0.0..20.0).contains(&rq1), "{rq1}");
     // 2 s thinks over 20-60 queries outlast the phases: the phase-length check fails, the cell is hatched.

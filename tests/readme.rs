@@ -39,7 +39,7 @@ fn the_quick_try_out_runs_as_printed() {
     let out = run(first, base);
     assert!(README.contains("`checks: all 6 passed`"), "the README's claim changed");
     assert!(out.contains("checks: all 6 passed"), "{out}");
-    assert!(README.contains("T=1000\nis 6.46x the 155 clients") && out.contains("T=1000 is 6.46x N*=155"), "{out}");
+    assert!(README.contains("T=1000\nis 2.00x the 500 clients") && out.contains("T=1000 is 2.00x N*=500"), "{out}");
     assert!(out.contains("\nbaseline logins: wait p95 P "), "{out}");
     assert!(std::path::Path::new(base).join("report.html").is_file());
     assert!(README.contains("`--strategy rr --out /tmp/try-rr`"));

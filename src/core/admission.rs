@@ -122,11 +122,21 @@ impl Gate {
             return Decision::Queued;
         }
         let Some(r) = router.admit(class) else { return Decision::NoRoute };
-        if router.active(r).iter().sum::<u32>() > self.replica_limit() {
+        if self.holding(router.active(r), class) > self.replica_limit() {
             router.release(r, class);
             return Decision::Queued;
         }
         Decision::Admit(r)
+    }
+
+    /// The sessions on a replica that count against `class`'s share: those
+    /// of classes of its priority or above. Sessions of a lower class
+    /// never hold a higher one back (revised 2026-12-06): in a saturated
+    /// population they are pinned for a minute, and a replica that repair
+    /// made Premium would otherwise admit no Premium session until they end.
+    fn holding(&self, active: [u32; 2], class: Class) -> u32 {
+        let mine = self.knobs.priority(class);
+        Class::ALL.iter().filter(|c| self.knobs.priority(**c) >= mine).map(|c| active[c.idx()]).sum()
     }
 
     /// The lowest priority admitted now: the mode's, but never above the
@@ -157,12 +167,18 @@ impl Gate {
         Decision::Queued
     }
 
-    /// Starts waiting sessions in queue order while they may start; a
-    /// waiting session the router cannot place keeps its place. Returns the
-    /// admitted sessions with their replicas.
+    /// Starts waiting sessions while they may start, the highest priority
+    /// first and in queue order within a priority (revised 2026-12-06: a
+    /// burst of lower-class sessions released when capacity appears would
+    /// otherwise take a replica just repaired for the higher class, and
+    /// its postmaster's queue with it); a waiting session the router cannot
+    /// place keeps its place. Returns the admitted sessions with their
+    /// replicas.
     pub fn drain(&mut self, router: &mut Router) -> Vec<(Waiting, ReplicaId)> {
         let mut admitted = Vec::new();
         let mut keep = VecDeque::new();
+        let knobs = &self.knobs;
+        self.queue.make_contiguous().sort_by_key(|w| std::cmp::Reverse(knobs.priority(w.class)));
         while let Some(w) = self.queue.pop_front() {
             match self.try_start(router, w.class) {
                 Decision::Admit(r) => {
@@ -277,6 +293,25 @@ mod tests {
         assert!(g.queue.iter().all(|w| w.retry));
         g.observe(6.0, Load { cpu_pct: Some(10.0), ..Default::default() });
         assert_eq!(g.mode(), Mode::Normal, "retries hold no mode");
+    }
+
+    #[test]
+    fn lower_class_sessions_already_placed_never_hold_premium_back() {
+        // Two replicas full of Freemium sessions admitted in Normal mode
+        // (10 each, the 100 % limit), then Survival (3 per replica): no
+        // Freemium starts, but Premium does, 3 per replica, counting only
+        // Premium's own sessions against its share.
+        let mut g = gate();
+        let mut r = router();
+        let placed = (0..20).filter(|c| matches!(g.request(&mut r, *c, Class::F, 0.0), Decision::Admit(_))).count();
+        assert_eq!(placed, 20);
+        g.observe(1.0, Load { cpu_pct: Some(99.0), ..Default::default() });
+        assert_eq!((g.mode(), g.replica_limit()), (Mode::Survival, 3));
+        assert_eq!(g.request(&mut r, 20, Class::F, 1.0), Decision::Queued);
+        let _ = g.expire(10.0);
+        let started = (30..40).filter(|c| matches!(g.request(&mut r, *c, Class::P, 10.0), Decision::Admit(_))).count();
+        assert_eq!(started, 6, "2 replicas x 30 % of 10, whatever Freemium holds");
+        assert_eq!(r.active(ReplicaId(0))[Class::F.idx()] + r.active(ReplicaId(1))[Class::F.idx()], 20);
     }
 
     #[test]

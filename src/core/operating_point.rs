@@ -41,11 +41,28 @@ pub struct OperatingPoint {
     pub basis: Basis,
     /// The reference population T.
     pub clients: u32,
-    /// The reference mix's Premium percentage.
-    pub premium_pct: u32,
+    /// The reference mix's Premium percentage; absent, the run's own mix:
+    /// the pause is re-sized for every mix so that each offers the same
+    /// load (the findings map's open cells, `--load`, do the same).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub premium_pct: Option<u32>,
+    /// The reference cluster's replicas K; absent, the run's. With a
+    /// reference cluster, `--replicas` and `--cpus` move the load from the
+    /// point as `--T` does, instead of re-sizing the pause to keep it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<usize>,
+    /// The reference cluster's cores per replica C; absent, the run's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<f64>,
 }
 
 impl OperatingPoint {
+    /// True when the point holds at every mix (no reference mix): the run
+    /// re-sizes the pause for its own mix even without a calibration.
+    pub fn per_mix(&self) -> bool {
+        self.premium_pct.is_none()
+    }
+
     /// The field and reason of the first value out of range.
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
         if !(self.utilisation.is_finite() && self.utilisation > 0.0) {
@@ -57,8 +74,14 @@ impl OperatingPoint {
         if self.clients == 0 {
             return Err(("operating_point.clients", "must be at least 1".into()));
         }
-        if self.premium_pct > 100 {
-            return Err(("operating_point.premium_pct", format!("must be at most 100, got {}", self.premium_pct)));
+        if self.replicas == Some(0) {
+            return Err(("operating_point.replicas", "must be at least 1".into()));
+        }
+        if let Some(c) = self.cpus.filter(|c| !(c.is_finite() && *c > 0.0)) {
+            return Err(("operating_point.cpus", format!("must be a positive number of cores, got {c}")));
+        }
+        if let Some(pct) = self.premium_pct.filter(|p| *p > 100) {
+            return Err(("operating_point.premium_pct", format!("must be at most 100, got {pct}")));
         }
         Ok(())
     }

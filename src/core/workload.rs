@@ -418,18 +418,22 @@ impl Workload {
     /// The `session.between_ms` at which the workload offers its operating
     /// point on `replicas` replicas of `cpus` cores (rr-split's `split`
     /// for the partition basis), at the costs it holds now; `None` without
-    /// an operating point. Err: the reference population cannot offer it
-    /// even with no pause, with the most it can.
+    /// an operating point. The point's mix and cluster where it names them,
+    /// else the run's (`run_pct`, `replicas`, `cpus`). Err: the reference
+    /// population cannot offer it even with no pause, with the most it can.
     pub fn between_at_operating_point(
         &self,
         replicas: usize,
         cpus: f64,
         split: (usize, usize),
+        run_pct: u32,
     ) -> Option<Result<f64, f64>> {
         let op = self.operating_point?;
+        let pct = op.premium_pct.unwrap_or(run_pct);
+        let (replicas, cpus) = (op.replicas.unwrap_or(replicas), op.cpus.unwrap_or(cpus));
         let utilisation = |w: &Workload| match op.basis {
-            Basis::Cluster => w.offered_utilisation(op.clients, op.premium_pct, replicas, cpus),
-            Basis::Partition => w.partition_utilisation(op.clients, op.premium_pct, split, cpus),
+            Basis::Cluster => w.offered_utilisation(op.clients, pct, replicas, cpus),
+            Basis::Partition => w.partition_utilisation(op.clients, pct, split, cpus),
         };
         Some(self.between_reaching(op.utilisation, utilisation))
     }
@@ -562,8 +566,8 @@ mod tests {
     fn the_operating_point_sizes_the_pause_from_the_costs() {
         let mut w = Workload::parse(DEFAULT).unwrap();
         let op = w.operating_point.expect("the default workload states its operating point");
-        assert_eq!((op.basis, op.clients, op.premium_pct, op.utilisation), (Basis::Partition, 1000, 25, 0.70));
-        let at_file_costs = w.between_at_operating_point(5, 0.3, (3, 2)).unwrap().unwrap();
+        assert_eq!((op.basis, op.clients, op.premium_pct, op.utilisation), (Basis::Partition, 1000, Some(25), 0.70));
+        let at_file_costs = w.between_at_operating_point(5, 0.3, (3, 2), 50).unwrap().unwrap();
         let written = w.session.between_ms;
         assert!((at_file_costs / written - 1.0).abs() < 0.01, "between_ms {written} is the point's {at_file_costs}");
         // A host where every query costs twice as much: a longer pause
@@ -571,20 +575,48 @@ mod tests {
         for q in &mut w.query {
             q.cpu_ms *= 2.0;
         }
-        let slower = w.between_at_operating_point(5, 0.3, (3, 2)).unwrap().unwrap();
+        let slower = w.between_at_operating_point(5, 0.3, (3, 2), 50).unwrap().unwrap();
         assert!(slower > 1.5 * written, "{slower} vs {written}");
         w.session.between_ms = slower;
         assert!((w.partition_utilisation(1000, 25, (3, 2), 0.3) - 0.70).abs() < 1e-6);
         // On the whole cluster's budget instead, and out of reach.
         w.operating_point = Some(OperatingPoint { basis: Basis::Cluster, utilisation: 0.5, ..op });
-        let b = w.between_at_operating_point(5, 0.3, (3, 2)).unwrap().unwrap();
+        let b = w.between_at_operating_point(5, 0.3, (3, 2), 50).unwrap().unwrap();
         w.session.between_ms = b;
         assert!((w.offered_utilisation(1000, 25, 5, 0.3) - 0.5).abs() < 1e-6);
         w.operating_point = Some(OperatingPoint { utilisation: 50.0, ..op });
-        let most = w.between_at_operating_point(5, 0.3, (3, 2)).unwrap().unwrap_err();
+        let most = w.between_at_operating_point(5, 0.3, (3, 2), 50).unwrap().unwrap_err();
         assert!(most > 0.70 && most < 50.0, "{most}");
         w.operating_point = None;
-        assert_eq!(w.between_at_operating_point(5, 0.3, (3, 2)), None);
+        assert_eq!(w.between_at_operating_point(5, 0.3, (3, 2), 50), None);
+    }
+
+    #[test]
+    fn a_point_without_a_mix_offers_the_same_load_at_every_mix() {
+        let mut w = Workload::parse(DEFAULT).unwrap();
+        let op = w.operating_point.unwrap();
+        w.operating_point = Some(OperatingPoint { basis: Basis::Cluster, utilisation: 0.6, premium_pct: None, ..op });
+        assert!(w.operating_point.unwrap().per_mix() && !op.per_mix());
+        let mut pauses = Vec::new();
+        for pct in [25, 50, 75] {
+            let b = w.between_at_operating_point(5, 0.3, (3, 2), pct).unwrap().unwrap();
+            let mut at = w.clone();
+            at.session.between_ms = b;
+            assert!((at.offered_utilisation(1000, pct, 5, 0.3) - 0.6).abs() < 1e-6, "{pct}");
+            pauses.push(b);
+        }
+        // Premium's queries cost less: the more Premium, the shorter the pause.
+        assert!(pauses[0] > pauses[1] && pauses[1] > pauses[2], "{pauses:?}");
+        // A reference cluster: a bigger --cpus keeps the pause (and so is
+        // offered less of its budget) instead of being refused.
+        w.operating_point = Some(OperatingPoint { cpus: Some(0.3), replicas: Some(5), ..w.operating_point.unwrap() });
+        let at_ref = w.between_at_operating_point(5, 0.3, (3, 2), 50).unwrap().unwrap();
+        assert_eq!(w.between_at_operating_point(5, 1.0, (3, 2), 50).unwrap().unwrap(), at_ref);
+        assert_eq!(w.between_at_operating_point(9, 0.05, (3, 2), 50).unwrap().unwrap(), at_ref);
+        let bad = DEFAULT.replace("premium_pct = 25\n", "cpus = 0\n");
+        assert!(Workload::parse(&bad).unwrap_err().to_string().contains("operating_point.cpus"));
+        let text = DEFAULT.replace("premium_pct = 25\n", "");
+        assert!(Workload::parse(&text).unwrap().operating_point.unwrap().per_mix());
     }
 
     #[test]

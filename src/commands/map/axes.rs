@@ -146,9 +146,13 @@ pub fn get(cell: &Cell, key: Key) -> Option<Value> {
 
 /// The base workload's TOML with the cell's session values: think time,
 /// session length, and `between_ms` (0 for `load=closed`, a placeholder
-/// the run's `--load` replaces for an open cell).
+/// the run's `--load` replaces for an open cell). A cell with a load drops
+/// the base's operating point: the axis sets the load.
 pub fn cell_workload(base: &str, cell: &Cell) -> Result<String, Error> {
     let mut doc: toml::Table = toml::from_str(base).map_err(|e| input("--workload", e))?;
+    if get(cell, Key::Load).is_some() {
+        doc.remove("operating_point");
+    }
     let session = doc
         .entry("session")
         .or_insert_with(|| toml::Value::Table(toml::Table::new()))
@@ -216,6 +220,7 @@ mod tests {
         let w = crate::core::workload::Workload::parse(&text).unwrap();
         assert_eq!((w.session.think_ms, w.session.queries_min, w.session.queries_max), (100.0, 5, 15));
         assert_eq!(w.session.between_ms, 0.0);
+        assert!(w.operating_point.is_none(), "the cell's load replaces the base's point");
         assert!(w.name.ends_with("@ think_ms-100_queries-10_load-closed"), "{}", w.name);
     }
 }

@@ -150,9 +150,14 @@ mod tests {
     }
 
     #[test]
-    fn the_paper_workload_spends_about_seven_percent_connecting() {
-        let w = crate::core::workload::Workload::parse(crate::commands::run::plan::BUILT_IN_WORKLOADS[0].1).unwrap();
-        let share = connect_share(&w, 25);
-        assert!((0.06..0.08).contains(&share), "{share}");
+    fn the_paper_workloads_spend_seven_and_twelve_percent_connecting() {
+        // docs/paper.md's fit table: 11.8% for the pick (24 queries), 7.4%
+        // for the closed population it replaced (40 queries).
+        let share = |i: usize| {
+            let w = crate::core::workload::Workload::parse(crate::commands::run::plan::BUILT_IN_WORKLOADS[i].1);
+            connect_share(&w.unwrap(), 25)
+        };
+        assert!((0.11..0.125).contains(&share(0)), "paper {}", share(0));
+        assert!((0.06..0.08).contains(&share(1)), "paper-closed {}", share(1));
     }
 }

@@ -180,11 +180,18 @@ fn cell_args(
 }
 
 /// The base workload's own point: its think time, mean session length, T
-/// and arrival process (closed when it has no pause between sessions).
+/// and arrival process (closed when it has no pause between sessions, the
+/// load of an operating point on the cluster's budget that holds at every
+/// mix, as the map's open cells do; no cell's otherwise).
 fn chosen_point(base: &str, clients: u32) -> Vec<(Key, Value)> {
+    use crate::core::operating_point::Basis;
     let Ok(w) = crate::core::workload::Workload::parse(base) else { return Vec::new() };
     let s = &w.session;
-    let load = if s.between_ms == 0.0 { Value::Closed } else { Value::Num(f64::NAN) };
+    let load = match w.operating_point {
+        _ if s.between_ms == 0.0 => Value::Closed,
+        Some(op) if op.per_mix() && op.basis == Basis::Cluster && op.clients == clients => Value::Num(op.utilisation),
+        _ => Value::Num(f64::NAN),
+    };
     vec![
         (Key::ThinkMs, Value::Num(s.think_ms)),
         (Key::Queries, Value::Num(f64::from(s.queries_min + s.queries_max) / 2.0)),
@@ -196,8 +203,9 @@ fn chosen_point(base: &str, clients: u32) -> Vec<(Key, Value)> {
 /// One cell's figures, checks and whether it is the chosen point.
 fn cell_result(p: &CellPlan, summaries: &[Summary], chosen: &[(Key, Value)]) -> page::CellResult {
     let runs = &summaries[p.runs.clone()];
-    let mut failed: Vec<String> =
-        runs.iter().flat_map(|s| s.failed_checks().into_iter().map(|v| v.name.clone())).collect();
+    let per_run: Vec<Vec<String>> =
+        runs.iter().map(|s| s.failed_checks().into_iter().map(|v| v.name.clone()).collect()).collect();
+    let mut failed: Vec<String> = per_run.concat();
     failed.sort();
     failed.dedup();
     page::CellResult {
@@ -205,7 +213,7 @@ fn cell_result(p: &CellPlan, summaries: &[Summary], chosen: &[(Key, Value)]) -> 
         name: p.name.clone(),
         connect_share: p.connect_share,
         runs: runs.len(),
-        runs_failing: runs.iter().filter(|s| !s.failed_checks().is_empty()).count(),
+        runs_failing: per_run.iter().filter(|f| !f.is_empty()).count(),
         failed_checks: failed,
         figures: experiment::figures(runs),
         chosen: p.cell.iter().all(|(k, v)| chosen.iter().any(|(ck, cv)| ck == k && cv == v)),

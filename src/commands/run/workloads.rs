@@ -7,8 +7,9 @@ use std::path::Path;
 
 /// The workloads built into the binary, by name: `--workload NAME` finds
 /// them without a path (a file of that name, if one exists, wins).
-pub const BUILT_IN_WORKLOADS: [(&str, &str); 4] = [
+pub const BUILT_IN_WORKLOADS: [(&str, &str); 5] = [
     ("paper", include_str!("../../../workloads/paper.toml")),
+    ("paper-closed", include_str!("../../../workloads/paper-closed.toml")),
     ("analytics", include_str!("../../../workloads/analytics.toml")),
     ("closed-population", include_str!("../../../workloads/closed-population.toml")),
     ("held-sessions", include_str!("../../../workloads/held-sessions.toml")),

@@ -214,9 +214,17 @@ impl Replica {
     /// The CPU share it would use with one session more: the last reading
     /// scaled by the sessions it holds now plus one over those it held
     /// then, so sessions placed since the reading count before the next.
+    /// A reading taken with no session says nothing of what a session
+    /// costs: it admits one guest, and the next reading, with that guest,
+    /// sizes the rest (an idle replica just repaired into Premium would
+    /// otherwise read 0 whatever it was given, and take a whole queue of
+    /// guests in the second before the next reading).
     fn cpu_with_one_more(&self) -> Option<f64> {
         let (used, then) = self.cpu?;
-        Some(used * f64::from(self.load() + 1) / f64::from(then.max(1)))
+        if then == 0 {
+            return (self.load() == 0).then_some(used);
+        }
+        Some(used * f64::from(self.load() + 1) / f64::from(then))
     }
 
     /// Whether new sessions of `class` may go to it at all.
@@ -758,6 +766,24 @@ mod tests {
         assert_eq!(r.admit(Class::P), Some(ReplicaId(1)), "r2 is at theta only with its guest");
         r.release(ReplicaId(1), Class::F);
         assert_eq!(r.guests(ReplicaId(1)), 0, "its only Freemium session left");
+    }
+
+    #[test]
+    fn a_reading_of_an_empty_replica_admits_one_guest_until_the_next() {
+        // Premium idle (no sessions anywhere on r1, r2), Freemium's role
+        // and Mixed at theta: r1 and r2 read 0 CPU with 0 sessions.
+        let mut r = loaded(FreemiumBorrow::Pressure, 0, 6);
+        r.observe_cpu(&[Some(0.0), Some(0.0), Some(0.5), Some(0.5), Some(0.5)]);
+        let first = r.admit(Class::F).unwrap();
+        assert_eq!(r.role(first), Role::P, "one guest on an idle Premium replica");
+        let second = r.admit(Class::F).unwrap();
+        assert_eq!(r.role(second), Role::P, "the other idle one");
+        let third = r.admit(Class::F).unwrap();
+        assert_eq!(r.role(third), Role::F, "no third: a reading at 0 sessions sizes nothing");
+        // The next reading, with the guest, sizes the rest: 0.1 x 2 / 1.
+        r.observe_cpu(&[Some(0.1), Some(0.1), Some(0.5), Some(0.5), Some(0.5)]);
+        let fourth = r.admit(Class::F).unwrap();
+        assert_eq!(r.role(fourth), Role::P);
     }
 
     #[test]

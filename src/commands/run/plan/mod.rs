@@ -210,44 +210,41 @@ pub fn read_text(field: &str, path: &Path) -> Result<String, Error> {
     String::from_utf8(bytes).map_err(|_| input(field, format!("{} is not UTF-8 text", path.display())))
 }
 
-/// Lays the calibration file at `path` over the workload's costs and, if
-/// the workload states an operating point, re-sizes its pause to offer that
-/// point at these costs; returns the line the run's settings record.
-fn calibrate(
-    w: &mut Workload,
-    path: &Path,
-    replicas: usize,
-    cpus: f64,
-    split: (usize, usize),
-) -> Result<String, Error> {
+/// Lays the calibration file at `path` over the workload's costs; returns
+/// the line the run's settings record.
+fn calibrate(w: &mut Workload, path: &Path) -> Result<String, Error> {
     let bad =
         |e: crate::core::calibration::CalibrationError| input("--calibration", format!("{}: {e}", path.display()));
     let cal = crate::core::calibration::Calibration::parse(&read_text("--calibration", path)?).map_err(bad)?;
     cal.apply(w).map_err(bad)?;
-    let mut line = format!("{} (measured {})", path.display(), cal.measured_utc);
-    let Some(op) = w.operating_point else { return Ok(line) };
+    Ok(format!("{} (measured {})", path.display(), cal.measured_utc))
+}
+
+/// Re-sizes the workload's pause to offer its operating point at the costs
+/// it holds now and, for a point that holds at every mix, at the run's mix
+/// `pct`; returns the clause the settings record. `field` is the flag
+/// blamed when the point is out of reach.
+fn size_pause(w: &mut Workload, field: &str, pct: u32, c: &CommonArgs, split: (usize, usize)) -> Result<String, Error> {
+    let Some(op) = w.operating_point else { return Ok(String::new()) };
     let budget = op.basis.name();
-    match w.between_at_operating_point(replicas, cpus, split).expect("the workload states a point") {
+    match w.between_at_operating_point(c.replicas, c.cpus, split, pct).expect("the workload states a point") {
         Ok(between) => {
-            w.session.between_ms = (between * 10.0).round() / 10.0;
-            line += &format!(
-                "; operating point {:.2} of the {budget} budget at T={}: between_ms {:.0}",
+            // Not rounded: the same pause as `--load` sets, so the default
+            // runs exactly the map's cell it was picked from.
+            w.session.between_ms = between;
+            Ok(format!(
+                "operating point {:.2} of the {budget} budget at T={}: between_ms {:.0}",
                 op.utilisation, op.clients, w.session.between_ms
-            );
+            ))
         }
-        Err(most) => {
-            return Err(input(
-                "--calibration",
-                format!(
-                    "{}: at these costs {} clients offer at most {most:.2} of the {budget} budget, below the workload's operating point {:.2}",
-                    path.display(),
-                    op.clients,
-                    op.utilisation
-                ),
-            ));
-        }
+        Err(most) => Err(input(
+            field,
+            format!(
+                "at these costs {} clients offer at most {most:.2} of the {budget} budget, below the workload's operating point {:.2}",
+                op.clients, op.utilisation
+            ),
+        )),
     }
-    Ok(line)
 }
 
 /// Sets `session.between_ms` so that the workload offers `load` of the
@@ -322,8 +319,17 @@ impl Plan {
         let default = if c.load.is_some() { STEADY_WORKLOAD } else { DEFAULT_WORKLOAD };
         let mut workload = load_workload(c.workload.as_deref(), default)?;
         let calibration = match &c.calibration {
-            Some(path) => Some(calibrate(&mut workload, path, c.replicas, c.cpus, split)?),
-            None => None,
+            Some(path) => {
+                let line = calibrate(&mut workload, path)?;
+                let sized = size_pause(&mut workload, "--calibration", premium_pct, c, split)?;
+                Some(if sized.is_empty() { line } else { format!("{line}; {sized}") })
+            }
+            None => {
+                if workload.operating_point.is_some_and(|op| op.per_mix()) {
+                    size_pause(&mut workload, "--workload", premium_pct, c, split)?;
+                }
+                None
+            }
         };
         if let Some(load) = c.load {
             set_load(&mut workload, load, c.clients, premium_pct, c.replicas, c.cpus)?;

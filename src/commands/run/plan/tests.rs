@@ -89,17 +89,27 @@ fn named_workloads_resolve_without_a_path_and_an_unknown_name_is_refused() {
     let e = msg_of(load_workload(Some(Path::new("analytic")), DEFAULT_WORKLOAD).unwrap_err());
     assert_eq!(
         e,
-        "--workload: `analytic` is neither a file nor a built-in workload (paper, analytics, closed-population, held-sessions)"
+        "--workload: `analytic` is neither a file nor a built-in workload (paper, paper-closed, analytics, closed-population, held-sessions)"
     );
     let e = msg_of(load_workload(Some(Path::new("/nonexistent/w.toml")), DEFAULT_WORKLOAD).unwrap_err());
     assert!(e.starts_with("--workload: cannot read /nonexistent/w.toml"), "{e}");
 }
 
 #[test]
+fn every_built_in_pause_is_its_operating_point_at_the_written_costs() {
+    for (name, text) in BUILT_IN_WORKLOADS {
+        let w = Workload::parse(text).unwrap();
+        let Some(Ok(sized)) = w.between_at_operating_point(5, 0.3, (3, 2), 25) else { continue };
+        let written = w.session.between_ms;
+        assert!((sized / written - 1.0).abs() < 0.001, "{name}: between_ms {written}, the point's {sized}");
+    }
+}
+
+#[test]
 fn load_sets_the_pause_between_sessions_to_offer_that_share_of_the_cluster() {
-    let mut paper = load_workload(Some(Path::new("paper")), DEFAULT_WORKLOAD).unwrap();
+    let mut paper = load_workload(Some(Path::new("paper-closed")), DEFAULT_WORKLOAD).unwrap();
     let closed = msg_of(set_load(&mut paper, 0.6, 1000, 25, 5, 0.3).unwrap_err());
-    assert!(closed.starts_with("--load: the workload `paper` is a closed population"), "{closed}");
+    assert!(closed.starts_with("--load: the workload `paper-closed` is a closed population"), "{closed}");
     let w0 = load_workload(None, STEADY_WORKLOAD).unwrap();
     assert_eq!(w0.name, "analytics");
     for load in [0.2, 0.6, 1.2] {
