@@ -24,7 +24,7 @@ if [[ ${#VALUES[@]} -eq 0 ]]; then
 fi
 WORK=$(mktemp -d /tmp/plbbench-envelope.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-WORKLOADS=(paper analytics closed-population held-sessions)
+WORKLOADS=(paper paper-closed analytics closed-population held-sessions)
 
 # One cell: `pass`, the failed checks, or why the run could not start.
 cell() {
