@@ -8,9 +8,8 @@
 #      compares it with the committed baseline ci/baseline/sim under tight
 #      thresholds: any change in the simulator's results is a change in the
 #      code, so it must be explained and the baseline refreshed;
-#   2. runs a short real-cluster experiment of the paper's closed regime
-#      (`paper-closed`, the default until 2026-12-06, whose baseline is
-#      recorded; plb and 5RR, cascade, 25:75, one repeat, time
+#   2. runs a short real-cluster experiment of the paper's regime (the
+#      default workload; plb and 5RR, cascade, 25:75, one repeat, time
 #      scale 0.7: two 3.5-minute runs on five local PostgreSQL servers)
 #      and compares it with ci/baseline/real under loose thresholds that
 #      catch a broken router or driver, not machine noise;
@@ -61,28 +60,25 @@ compare sim \
     'freemium.*.goodput_qps>=-2%'
 
 if [[ $real == 1 ]]; then
-    # The real baseline was recorded on the closed population that was the
-    # default until 2026-12-06 (`paper-closed`); the night runs the same
-    # workload by name until a baseline of the map's pick is recorded on a
-    # quiet machine (docs/paper.md, "Where the findings hold").
-    echo "nightly: real local cluster, paper-closed, plb and rr, cascade 25:75, time scale 0.7 -> $out/real"
-    "$bin" experiment --cluster local --workload paper-closed --strategies plb,rr --mixes 25:75 --faults cascade \
+    echo "nightly: real local cluster, the paper's regime, plb and rr, cascade 25:75, time scale 0.7 -> $out/real"
+    "$bin" experiment --cluster local --strategies plb,rr --mixes 25:75 --faults cascade \
         --repeat 1 --time-scale 0.7 -q --checks warn --out "$out/real"
-    # Gates (2026-12-05, the paper's regime): the baseline is repeat 1 of
-    # plb and 5RR under cascade in reports/examples/real-paper-default-25-75-ts07
-    # (kept, not re-run: `experiment` keeps complete runs of the same
-    # settings). Across that grid's 3 repeats on a quiet machine, plb's
-    # Premium goodput in the baseline moved by 7% and its p95 by 7%, its
-    # down1 p95 by 10%, and Freemium's baseline goodput by 6-7% under
-    # either strategy; the limits are about twice that. The fault phases'
-    # goodput is not gated: plb's Premium goodput in down2 ranged from 91
-    # to 166 q/s between repeats (phases of 21-42 s under sessions pinned
-    # for 30-100 s). A broken router shows first in the baseline: plb
-    # gives Premium twice 5RR's goodput there (520-559 against 246-259 q/s).
+    # Gates (2026-12-06, the map's pick as the default): the baseline is
+    # the median of 2 repeats of plb and 5RR under cascade, recorded
+    # 11:48-12:03 UTC with nothing else running (1-minute load average 0.0
+    # before; median 72 during, the run's own busy backends), every run
+    # passing every check. Between the two repeats plb's Premium goodput
+    # in the baseline moved 0.2% and its p95 8%, Freemium's baseline
+    # goodput 2-4% under either strategy, but plb's Premium p95 in down1
+    # 1.63x (402 and 657 ms, a 21 s phase): its limit is +100%, which
+    # still catches a router that lost class separation (5RR's Premium
+    # p95 there is 1.3-1.8 s). A broken router shows first in the
+    # baseline: plb holds Premium's p95 at 24-26 ms there, 5RR at
+    # 1.5-2.1 s. The fault phases' goodput is not gated.
     compare real \
         'plb/*/*/premium.baseline.goodput_qps>-15%' \
         'plb/*/*/premium.baseline.p95_ms<+25%' \
-        'plb/*/*/premium.down1.p95_ms<+50%' \
+        'plb/*/*/premium.down1.p95_ms<+100%' \
         '*/*/*/freemium.baseline.goodput_qps>-15%'
 else
     echo "nightly: NIGHTLY_REAL=0: real-cluster part skipped"
