@@ -235,14 +235,14 @@ fn modes_shed_without_shutting_the_service_on_both_workloads() {
                     .filter(|e| e["kind"] == "mode")
                     .map(|e| (e["t_s"].parse().unwrap(), e["detail"].clone()))
                     .collect();
-                // At T=3000 Premium alone offers more than the CPU budget
-                // (1.8x at 50:50 on `paper`), so CPU, Survival's signal,
-                // legitimately holds it while only Premium is admitted:
-                // there Survival must be left at least once; at T=1000
-                // every Survival entered 30 s (its minimum) before the end.
+                // Every Survival entered 30 s (its minimum) before the end
+                // is left, but on `paper` at T=3000: there Premium alone
+                // offers 1.8x the CPU budget at 50:50, so CPU, Survival's
+                // signal, legitimately holds it while only Premium is
+                // admitted, and Survival must be left at least once.
                 let entered = |(at, d): &(f64, String)| d.ends_with("->survival") && *at <= 300.0 - 30.0;
                 let left = |(_, d): &(f64, String)| d.starts_with("survival->");
-                if t == "1000" {
+                if (workload, t) != ("paper", "3000") {
                     for (i, m) in modes.iter().enumerate() {
                         assert!(
                             !entered(m) || i + 1 < modes.len(),

@@ -315,6 +315,23 @@ mod tests {
     }
 
     #[test]
+    fn the_queue_drains_the_highest_priority_first() {
+        // Both replicas at their 10 sessions of Premium: a Freemium then a
+        // Premium session wait. One Premium session ends: the freed place
+        // goes to the Premium session that arrived second (least
+        // connections: both try the replica with the free place).
+        let mut g = gate();
+        let mut r = Router::new(RouterConfig::for_tests(Strategy::Lc, [1, 0, 1]));
+        assert_eq!((0..20).filter(|c| matches!(g.request(&mut r, *c, Class::P, 0.0), Decision::Admit(_))).count(), 20);
+        assert_eq!(g.request(&mut r, 20, Class::F, 0.0), Decision::Queued);
+        assert_eq!(g.request(&mut r, 21, Class::P, 0.1), Decision::Queued);
+        r.release(ReplicaId(0), Class::P);
+        let admitted = g.drain(&mut r);
+        assert_eq!(admitted.iter().map(|(w, _)| w.client).collect::<Vec<_>>(), [21], "Premium first");
+        assert_eq!((g.queued(), g.waiting()), (1, [0, 1]), "Freemium still waits");
+    }
+
+    #[test]
     fn restricted_admits_normal_and_above_and_limits_each_replica() {
         let knobs =
             DegradationKnobs { freemium: Priority::Background, min_mode_duration_s: Some(0.0), ..Default::default() };
