@@ -13,6 +13,9 @@
 # runs; plus the generator's verdict. Target: <= 64 KiB of plbbench RSS per
 # open session. Starts real servers: needs a quiet machine and no other
 # PostgreSQL running (waits while /tmp/plbbench-quiet.lock exists).
+# With FIGURES=FILE, appends the KiB of plbbench RSS per open session at T
+# (whole process) to FILE as a CSV row (ci/perf.sh's format; its repeat
+# number is FIGURES_REPEAT, default 1).
 # Usage: scripts/bench-mem-real.sh [T_SMALL (250)] [T (1000)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -72,3 +75,7 @@ if (( ds > 0 )); then
         "$(echo "(${pgpss[$big]} - ${pgpss[$small]}) / $ds" | bc -l)" "$(echo "(${pgrss[$big]} - ${pgrss[$small]}) / $ds" | bc -l)"
 fi
 for t in "$small" "$big"; do echo "checks at T=$t: ${verdict[$t]}"; done
+if [[ -n ${FIGURES:-} ]]; then
+    printf 'memory.kib_per_session.t%s,KiB,lower,%s,%.2f,"bash scripts/bench-mem-real.sh %s %s"\n' "$big" "${FIGURES_REPEAT:-1}" \
+        "$(echo "${rss[$big]} * 1024 / ${sessions[$big]}" | bc -l)" "$small" "$big" >>"$FIGURES"
+fi

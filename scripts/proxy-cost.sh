@@ -25,7 +25,14 @@
 # preemptions/txn), then per client count
 # the medians and plbbench's ratios to PgBouncer's.
 #
-# Usage: scripts/proxy-cost.sh [ROUNDS (3)] [SECONDS (10)] [SCALE (10)] [CLIENTS ("16 64")] [IDLE (10)]
+# MODES picks the pgbench runs: `S` is `-S` (a connection held for the
+# whole run), `S-C` is `-S -C` (a new connection per transaction: the login
+# path that PLB routes on; PgBouncer hands each login a pooled server
+# connection). With FIGURES=FILE, appends per round and cell the ratios
+# plbbench / PgBouncer of CPU per transaction and of tps to FILE as CSV
+# (figure,unit,better,repeat,value,command: ci/perf.sh's format).
+#
+# Usage: scripts/proxy-cost.sh [ROUNDS (3)] [SECONDS (10)] [SCALE (10)] [CLIENTS ("16 64")] [IDLE (10)] [MODES ("S")]
 # Bounded: every pgbench run is killed 60 s past SECONDS. Run as root or as
 # a user that may run `plbbench cluster up`; as root, PgBouncer runs as the
 # `postgres` user (it refuses root).
@@ -39,6 +46,10 @@ secs=${2:-10}
 scale=${3:-10}
 clients_list=${4:-16 64}
 idle_secs=${5:-10}
+modes=${6:-S}
+most=0
+for n in $clients_list; do (( n > most )) && most=$n; done
+for m in $modes; do [[ $m == S || $m == S-C ]] || { echo "proxy-cost: MODES: S or S-C, not $m" >&2; exit 2; }; done
 name=proxy-cost
 
 die() { printf '%s: error: %s\n' "$name" "$*" >&2; exit 1; }
@@ -95,11 +106,14 @@ proxy_port=$(free_port)
 log "plbbench proxy on 127.0.0.1:$proxy_port (a session of its own)"
 # setsid execs the proxy in this process (a background job is no process
 # group leader), so $! is the proxy's pid.
-setsid "$bin" proxy --replicas 1 --strategy rr --T 64 --listen "127.0.0.1:$proxy_port" >"$work/proxy.out" 2>"$work/proxy.err" &
+setsid "$bin" proxy --replicas 1 --strategy rr --T "$most" --listen "127.0.0.1:$proxy_port" >"$work/proxy.out" 2>"$work/proxy.err" &
 proxy_pid=$!
 
 bouncer_port=$(free_port)
-start_pgbouncer "$work" "$bouncer_port" "plbbench = host=127.0.0.1 port=$port dbname=plbbench user=plbbench password=$password" plbbench
+# A pool for the most clients; idle server connections close after 2 s so
+# that PgBouncer's pool and the proxy's sessions never together pass the
+# server's max_connections (300) when the two take turns.
+PGBOUNCER_POOL=$((most + 4)) PGBOUNCER_IDLE=2 start_pgbouncer "$work" "$bouncer_port" "plbbench = host=127.0.0.1 port=$port dbname=plbbench user=plbbench password=$password" plbbench
 
 for p in "$proxy_port" "$bouncer_port"; do
     for _ in $(seq 150); do
@@ -131,10 +145,11 @@ switches() {
     cat "/proc/$1"/task/*/status | awk '/^voluntary_ctxt_switches/ {v += $2} /^nonvoluntary_ctxt_switches/ {n += $2} END {print v + 0, n + 0}'
 }
 
-# bench PORT N: runs pgbench; prints "tps transactions".
+# bench PORT N: runs pgbench ($mode: S or S-C); prints "tps transactions".
 bench() {
-    local out
-    out=$(timeout $((secs + 60)) "$pgbench" -n -S -c "$2" -j 2 -T "$secs" -h 127.0.0.1 -p "$1" -U plbbench plbbench 2>&1) \
+    local out connect=()
+    [[ $mode == S-C ]] && connect=(-C)
+    out=$(timeout $((secs + 60)) "$pgbench" -n -S "${connect[@]}" -c "$2" -j 2 -T "$secs" -h 127.0.0.1 -p "$1" -U plbbench plbbench 2>&1) \
         || die "pgbench on port $1 with $2 clients failed: $(tail -3 <<<"$out")"
     local tps txns
     tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | tail -1)
@@ -198,43 +213,59 @@ for t in plbbench-proxy pgbouncer; do
     idle_wakes[$t]=$(echo "($v1 - $v0) / $idle_secs" | bc -l)
 done
 
-echo "| tool | clients | round | tps | CPU us/txn | of it user | syscalls/txn | sleeps/txn | preemptions/txn |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-for n in $clients_list; do
-    for i in $(seq "$rounds"); do
-        if (( i % 2 )); then order=(plbbench-proxy pgbouncer); else order=(pgbouncer plbbench-proxy); fi
-        for t in "${order[@]}"; do
-            got=$(measure "${pid_of[$t]}" "${port_of[$t]}" "$n")
-            read -r tps cpu calls sleeps preempt user <<<"$got"
-            printf '| %s | %d | %d | %.0f | %.2f | %.2f | %s | %.3f | %.3f |\n' "$t" "$n" "$i" "$tps" "$cpu" "$user" "$(fmt "$calls" 2)" "$sleeps" "$preempt"
-            user_all[$t,$n]+="$user "
-            sleeps_all[$t,$n]+="$sleeps "
-            preempt_all[$t,$n]+="$preempt "
-            tps_all[$t,$n]+="$tps "
-            cpu_all[$t,$n]+="$cpu "
-            [[ $calls =~ ^[0-9.]+$ ]] && calls_all[$t,$n]+="$calls "
+# figure NAME UNIT BETTER REPEAT VALUE: one row of FIGURES, when set.
+figure() {
+    [[ -n ${FIGURES:-} ]] || return 0
+    echo "$1,$2,$3,$4,$5,\"bash scripts/proxy-cost.sh $rounds $secs $scale '$n' $idle_secs $mode\"" >>"$FIGURES"
+}
+echo "| tool | mode | clients | round | tps | CPU us/txn | of it user | syscalls/txn | sleeps/txn | preemptions/txn |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+for mode in $modes; do
+    for n in $clients_list; do
+        for i in $(seq "$rounds"); do
+            if (( i % 2 )); then order=(plbbench-proxy pgbouncer); else order=(pgbouncer plbbench-proxy); fi
+            declare -A round_cpu=() round_tps=()
+            for t in "${order[@]}"; do
+                sleep 3  # PgBouncer's idle server connections close (server_idle_timeout 2)
+                got=$(measure "${pid_of[$t]}" "${port_of[$t]}" "$n")
+                read -r tps cpu calls sleeps preempt user <<<"$got"
+                printf '| %s | %s | %d | %d | %.0f | %.2f | %.2f | %s | %.3f | %.3f |\n' "$t" "$mode" "$n" "$i" "$tps" "$cpu" "$user" "$(fmt "$calls" 2)" "$sleeps" "$preempt"
+                k=$t,$mode,$n
+                user_all[$k]+="$user "
+                sleeps_all[$k]+="$sleeps "
+                preempt_all[$k]+="$preempt "
+                tps_all[$k]+="$tps "
+                cpu_all[$k]+="$cpu "
+                [[ $calls =~ ^[0-9.]+$ ]] && calls_all[$k]+="$calls "
+                round_cpu[$t]=$cpu round_tps[$t]=$tps
+            done
+            figure "proxy.cpu_ratio.$mode.c$n" ratio lower "$i" "$(printf '%.4f' "$(echo "${round_cpu[plbbench-proxy]} / ${round_cpu[pgbouncer]}" | bc -l)")"
+            figure "proxy.tps_ratio.$mode.c$n" ratio higher "$i" "$(printf '%.4f' "$(echo "${round_tps[plbbench-proxy]} / ${round_tps[pgbouncer]}" | bc -l)")"
         done
     done
 done
 med() { tr ' ' '\n' <<<"${1:-}" | grep . | median; }
 ratio() { [[ $1 =~ ^[0-9.]+$ && $2 =~ ^[0-9.]+$ ]] && printf '%.2f' "$(echo "$1 / $2" | bc -l)" || printf 'not measured'; }
 echo
-echo "| clients | tps (plbbench / PgBouncer) | CPU us/txn plbbench | PgBouncer | ratio | user us/txn plbbench | PgBouncer | syscalls/txn plbbench | PgBouncer | ratio | sleeps/txn plbbench | PgBouncer | preemptions/txn plbbench | PgBouncer |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-for n in $clients_list; do
-    tp=$(med "${tps_all[plbbench-proxy,$n]}") tb=$(med "${tps_all[pgbouncer,$n]}")
-    cp=$(med "${cpu_all[plbbench-proxy,$n]}") cb=$(med "${cpu_all[pgbouncer,$n]}")
-    up=$(med "${user_all[plbbench-proxy,$n]}") ub=$(med "${user_all[pgbouncer,$n]}")
-    sp=$(med "${calls_all[plbbench-proxy,$n]:-}") sb=$(med "${calls_all[pgbouncer,$n]:-}")
-    [[ $sp == nan ]] && sp="not measured"
-    [[ $sb == nan ]] && sb="not measured"
-    wp=$(med "${sleeps_all[plbbench-proxy,$n]}") wb=$(med "${sleeps_all[pgbouncer,$n]}")
-    xp=$(med "${preempt_all[plbbench-proxy,$n]}") xb=$(med "${preempt_all[pgbouncer,$n]}")
-    printf '| %d | %.0f / %.0f = %s | %.2f | %.2f | %s | %.2f | %.2f | %s | %s | %s | %.3f | %.3f | %.3f | %.3f |\n' "$n" "$tp" "$tb" "$(ratio "$tp" "$tb")" \
-        "$cp" "$cb" "$(ratio "$cp" "$cb")" "$up" "$ub" "$(fmt "$sp" 2)" "$(fmt "$sb" 2)" "$(ratio "$sp" "$sb")" "$wp" "$wb" "$xp" "$xb"
+echo "| mode | clients | tps (plbbench / PgBouncer) | CPU us/txn plbbench | PgBouncer | ratio | user us/txn plbbench | PgBouncer | syscalls/txn plbbench | PgBouncer | ratio | sleeps/txn plbbench | PgBouncer | preemptions/txn plbbench | PgBouncer |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+for mode in $modes; do
+    for n in $clients_list; do
+        p=plbbench-proxy,$mode,$n b=pgbouncer,$mode,$n
+        tp=$(med "${tps_all[$p]}") tb=$(med "${tps_all[$b]}")
+        cp=$(med "${cpu_all[$p]}") cb=$(med "${cpu_all[$b]}")
+        up=$(med "${user_all[$p]}") ub=$(med "${user_all[$b]}")
+        sp=$(med "${calls_all[$p]:-}") sb=$(med "${calls_all[$b]:-}")
+        [[ $sp == nan ]] && sp="not measured"
+        [[ $sb == nan ]] && sb="not measured"
+        wp=$(med "${sleeps_all[$p]}") wb=$(med "${sleeps_all[$b]}")
+        xp=$(med "${preempt_all[$p]}") xb=$(med "${preempt_all[$b]}")
+        printf '| %s | %d | %.0f / %.0f = %s | %.2f | %.2f | %s | %.2f | %.2f | %s | %s | %s | %.3f | %.3f | %.3f | %.3f |\n' "$mode" "$n" "$tp" "$tb" "$(ratio "$tp" "$tb")" \
+            "$cp" "$cb" "$(ratio "$cp" "$cb")" "$up" "$ub" "$(fmt "$sp" 2)" "$(fmt "$sb" 2)" "$(ratio "$sp" "$sb")" "$wp" "$wb" "$xp" "$xb"
+    done
 done
 echo
-echo "medians over $rounds rounds of pgbench -n -S -j 2 -T $secs (scale $scale) per cell; system calls by $syscalls_by;" \
+echo "medians over $rounds rounds of pgbench -n -S (-C in mode S-C) -j 2 -T $secs (scale $scale) per cell; system calls by $syscalls_by;" \
     "$(nproc) cores, 1-min load $(cut -d ' ' -f 1 /proc/loadavg) at the end;" \
     "wake-ups per second with no client (over $idle_secs s): plbbench $(fmt "${idle_wakes[plbbench-proxy]}" 1)," \
     "PgBouncer $(fmt "${idle_wakes[pgbouncer]}" 1)"

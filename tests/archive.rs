@@ -249,3 +249,29 @@ fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+fn bytes_under(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| match e.file_type().unwrap().is_dir() {
+            true => bytes_under(&e.path()),
+            false => e.metadata().unwrap().len(),
+        })
+        .sum()
+}
+
+/// The committed reports stay under 15 MB (issue 50), so a clone stays
+/// quick: a new example that pushes them over is packed first
+/// (scripts/pack-examples.py, docs/manual.md "What reports/examples/
+/// keeps"). Only the examples are counted: a developer's own runs also
+/// land under reports/.
+#[test]
+fn committed_examples_stay_under_fifteen_megabytes() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/examples");
+    let bytes = bytes_under(&examples);
+    assert!(
+        bytes < 15_000_000,
+        "reports/examples holds {bytes} bytes: pack with python3 scripts/pack-examples.py FOLDER"
+    );
+}

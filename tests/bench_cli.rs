@@ -91,6 +91,26 @@ fn closed_and_open_loop_against_a_real_server() {
     let p = ["p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms"].map(|k| f(&closed, k));
     assert!(p[0] > 0.0 && p.windows(2).all(|w| w[0] <= w[1]), "{closed}");
 
+    // The closed loop with the simple protocol (the key inlined), 3
+    // connections on the default threads.
+    let simple = json(&plbbench(&[
+        "bench",
+        "--dsn",
+        &dsn,
+        "--query",
+        "SELECT $1 + 1",
+        "--key-range",
+        "1000",
+        "-c",
+        "3",
+        "-T",
+        "1",
+        "--format",
+        "json",
+    ]));
+    assert_eq!((f(&simple, "errors"), f(&simple, "connections")), (0.0, 3.0), "{simple}");
+    assert!(f(&simple, "queries") >= 50.0 && f(&simple, "rows") == f(&simple, "queries"), "{simple}");
+
     // Simple protocol with the key inlined, open loop at 200 qps for 2 s.
     let open = json(&plbbench(&[
         "bench",

@@ -2,6 +2,8 @@
 # start_pgbouncer WORK PORT DB_LINE USER: writes WORK/pgbouncer.ini (session
 # mode on 127.0.0.1:PORT, the one database line DB_LINE, trust for USER),
 # then starts Debian's PgBouncer daemonised, as postgres when run as root.
+# PGBOUNCER_POOL (default 100) sizes the pool (and admits twice as many
+# clients); PGBOUNCER_IDLE (default 600) is server_idle_timeout in seconds.
 # Uses the caller's $pgbouncer, as_pg, log and die; the caller stops it
 # (WORK/pgbouncer.pid).
 start_pgbouncer() {
@@ -16,8 +18,9 @@ unix_socket_dir =
 auth_type = trust
 auth_file = $work/userlist.txt
 pool_mode = session
-max_client_conn = 200
-default_pool_size = 100
+max_client_conn = $((2 * ${PGBOUNCER_POOL:-100}))
+default_pool_size = ${PGBOUNCER_POOL:-100}
+server_idle_timeout = ${PGBOUNCER_IDLE:-600}
 logfile = $work/pgbouncer.log
 pidfile = $work/pgbouncer.pid
 CFG

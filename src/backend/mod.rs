@@ -6,6 +6,7 @@
 //! modes itself. The real clusters they run against are in `cluster`.
 
 pub(crate) mod clock;
+pub(crate) mod closed_loop;
 pub(crate) mod driver;
 pub(crate) mod generator_feed;
 pub(crate) mod live_metrics;

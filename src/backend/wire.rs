@@ -196,16 +196,7 @@ impl Conn {
     /// Runs the prepared statement with `key` bound to `$1` as text (or no
     /// parameter); returns the rows it sent.
     pub async fn execute(&mut self, key: Option<i64>) -> Result<u64, WireError> {
-        let mut digits = itoa::Buffer::new();
-        let values = key.map(|k| digits.format(k).as_bytes());
-        let text = |v: &[u8], buf: &mut BytesMut| {
-            buf.put_slice(v);
-            Ok(postgres_protocol::IsNull::No)
-        };
-        frontend::bind("", STATEMENT, [0i16], values, text, [], &mut self.wbuf)
-            .map_err(|_| WireError::Unsupported("cannot encode the parameter".into()))?;
-        frontend::execute("", 0, &mut self.wbuf)?;
-        frontend::sync(&mut self.wbuf);
+        put_execute(&mut self.wbuf, key)?;
         self.flush().await?;
         self.until_ready().await
     }
@@ -213,20 +204,20 @@ impl Conn {
     /// Runs `sql` with the simple query protocol, `$1` (if `key` is given)
     /// replaced by the key's digits; returns the rows it sent.
     pub async fn simple(&mut self, sql: &[&str], key: Option<i64>) -> Result<u64, WireError> {
-        let mut digits = itoa::Buffer::new();
-        let key = key.map(|k| digits.format(k));
-        let body: usize = sql.iter().map(|s| s.len()).sum::<usize>() + key.map_or(0, |k| k.len() * (sql.len() - 1));
-        self.wbuf.put_u8(b'Q');
-        self.wbuf.put_i32((body + 5) as i32);
-        for (i, part) in sql.iter().enumerate() {
-            if i > 0 {
-                self.wbuf.put_slice(key.unwrap_or_default().as_bytes());
-            }
-            self.wbuf.put_slice(part.as_bytes());
-        }
-        self.wbuf.put_u8(0);
+        put_simple(&mut self.wbuf, sql, key);
         self.flush().await?;
         self.until_ready().await
+    }
+
+    /// The connection's socket, taken out of tokio (in non-blocking mode),
+    /// and the bytes already read from it: for a loop that drives the
+    /// socket itself (`commands::bench`'s closed loop).
+    pub fn into_std(self) -> io::Result<(StdSocket, BytesMut)> {
+        let socket = match self.socket {
+            Socket::Tcp(s) => StdSocket::Tcp(s.into_std()?),
+            Socket::Unix(s) => StdSocket::Unix(s.into_std()?),
+        };
+        Ok((socket, self.rbuf))
     }
 
     async fn flush(&mut self) -> Result<(), WireError> {
@@ -269,37 +260,99 @@ impl Conn {
     /// Skips to ReadyForQuery, counting DataRows; the first ErrorResponse is
     /// the result once the server is ready again (or at once if fatal).
     async fn until_ready(&mut self) -> Result<u64, WireError> {
-        let (mut rows, mut error) = (0, None);
+        let mut answer = Answer::default();
         loop {
-            while let Some(h) = backend::Header::parse(&self.rbuf)? {
-                let len = h.len() as usize + 1;
-                if self.rbuf.len() < len {
-                    self.rbuf.reserve(len - self.rbuf.len());
-                    break;
-                }
-                match h.tag() {
-                    backend::DATA_ROW_TAG => rows += 1,
-                    backend::READY_FOR_QUERY_TAG => {
-                        self.rbuf.advance(len);
-                        return error.map_or(Ok(rows), Err);
-                    }
-                    backend::ERROR_RESPONSE_TAG => {
-                        let mut msg = self.rbuf.split_to(len);
-                        if let Some(backend::Message::ErrorResponse(body)) = backend::Message::parse(&mut msg)? {
-                            let e = server_error(&body);
-                            if !e.recoverable() {
-                                return Err(e);
-                            }
-                            error.get_or_insert(e);
-                        }
-                        continue;
-                    }
-                    _ => {}
-                }
-                self.rbuf.advance(len);
+            if let Some(done) = answer.scan(&mut self.rbuf)? {
+                return done;
             }
             self.fill().await?;
         }
+    }
+}
+
+/// A socket taken out of tokio by [`Conn::into_std`].
+pub enum StdSocket {
+    /// TCP.
+    Tcp(std::net::TcpStream),
+    /// A Unix-domain socket.
+    Unix(std::os::unix::net::UnixStream),
+}
+
+/// Appends Bind (of `key` as text to `$1`, or no parameter), Execute and
+/// Sync of the connection's prepared statement to `wbuf`.
+pub fn put_execute(wbuf: &mut BytesMut, key: Option<i64>) -> Result<(), WireError> {
+    let mut digits = itoa::Buffer::new();
+    let values = key.map(|k| digits.format(k).as_bytes());
+    let text = |v: &[u8], buf: &mut BytesMut| {
+        buf.put_slice(v);
+        Ok(postgres_protocol::IsNull::No)
+    };
+    frontend::bind("", STATEMENT, [0i16], values, text, [], wbuf)
+        .map_err(|_| WireError::Unsupported("cannot encode the parameter".into()))?;
+    frontend::execute("", 0, wbuf)?;
+    frontend::sync(wbuf);
+    Ok(())
+}
+
+/// Appends a Query message of `sql`'s parts joined by `key`'s digits (the
+/// parts are the statement split at `$1`) to `wbuf`.
+pub fn put_simple(wbuf: &mut BytesMut, sql: &[&str], key: Option<i64>) {
+    let mut digits = itoa::Buffer::new();
+    let key = key.map(|k| digits.format(k));
+    let body: usize = sql.iter().map(|s| s.len()).sum::<usize>() + key.map_or(0, |k| k.len() * (sql.len() - 1));
+    wbuf.put_u8(b'Q');
+    wbuf.put_i32((body + 5) as i32);
+    for (i, part) in sql.iter().enumerate() {
+        if i > 0 {
+            wbuf.put_slice(key.unwrap_or_default().as_bytes());
+        }
+        wbuf.put_slice(part.as_bytes());
+    }
+    wbuf.put_u8(0);
+}
+
+/// A statement's answer as it arrives: DataRows counted, the first
+/// ErrorResponse kept, until ReadyForQuery.
+#[derive(Default)]
+pub struct Answer {
+    rows: u64,
+    error: Option<WireError>,
+}
+
+impl Answer {
+    /// Consumes the whole messages in `rbuf`: `Some` with the answer (the
+    /// rows, or the statement's first error) once ReadyForQuery has been
+    /// read, `None` while more bytes are needed; a fatal error at once.
+    pub fn scan(&mut self, rbuf: &mut BytesMut) -> Result<Option<Result<u64, WireError>>, WireError> {
+        while let Some(h) = backend::Header::parse(rbuf)? {
+            let len = h.len() as usize + 1;
+            if rbuf.len() < len {
+                rbuf.reserve(len - rbuf.len());
+                return Ok(None);
+            }
+            match h.tag() {
+                backend::DATA_ROW_TAG => self.rows += 1,
+                backend::READY_FOR_QUERY_TAG => {
+                    rbuf.advance(len);
+                    let answer = std::mem::take(self);
+                    return Ok(Some(answer.error.map_or(Ok(answer.rows), Err)));
+                }
+                backend::ERROR_RESPONSE_TAG => {
+                    let mut msg = rbuf.split_to(len);
+                    if let Some(backend::Message::ErrorResponse(body)) = backend::Message::parse(&mut msg)? {
+                        let e = server_error(&body);
+                        if !e.recoverable() {
+                            return Err(e);
+                        }
+                        self.error.get_or_insert(e);
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+            rbuf.advance(len);
+        }
+        Ok(None)
     }
 }
 

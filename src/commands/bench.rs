@@ -9,6 +9,7 @@
 //! HdrHistogram per connection, merged at the end. Calibration uses
 //! [`measure`] for a replica's throughput under its quota.
 
+use crate::backend::closed_loop::{self, Statement, Tally};
 use crate::backend::driver::own_cpu_seconds;
 use crate::backend::wire::{Conn, WireError};
 use crate::core::metrics::r4;
@@ -196,14 +197,6 @@ pub fn bench(args: BenchArgs) -> Result<(), Error> {
     Ok(())
 }
 
-/// One connection's tally.
-struct Tally {
-    latency_us: Histogram<u64>,
-    ok: u64,
-    rows: u64,
-    errors: u64,
-}
-
 /// The open loop's shared arrival schedule: the next due time and the
 /// generator of gaps; connections take due times in order.
 struct Arrivals {
@@ -268,13 +261,23 @@ pub fn measure_probed(
                     let (rt, clients) = (rt?, clients?);
                     let start = *start.get().expect("set before the second barrier");
                     let deadline = start + spec.duration;
+                    let seeded = clients.into_iter().zip(&mine).map(|(conn, &i)| (conn, seed_of(spec, i)));
+                    let Some(arrivals) = arrivals else {
+                        // The closed loop leaves tokio: its sockets are taken out inside the runtime.
+                        let _inside = rt.enter();
+                        let st = Statement {
+                            prepared: spec.prepared,
+                            parts: spec.query.sql.split("$1").collect(),
+                            key_range: spec.query.key_range,
+                        };
+                        return Ok(
+                            closed_loop::run(seeded.collect(), &st, deadline.into_std()).context("the closed loop")?
+                        );
+                    };
                     rt.block_on(async {
-                        let tasks: Vec<_> = clients
-                            .into_iter()
-                            .zip(&mine)
-                            .map(|(conn, &i)| {
+                        let tasks: Vec<_> = seeded
+                            .map(|(conn, seed)| {
                                 let (q, arrivals) = (spec.query.clone(), arrivals.clone());
-                                let seed = spec.seed.wrapping_mul(1_000_003).wrapping_add(i as u64);
                                 tokio::spawn(connection(conn, spec.prepared, q, arrivals, seed, start, deadline))
                             })
                             .collect();
@@ -344,44 +347,37 @@ async fn open(spec: &BenchSpec, which: &[usize]) -> Result<Vec<Conn>, Error> {
     Ok(conns)
 }
 
-/// One connection's loop until `deadline`: back to back (closed) or at the
-/// due times it takes from `arrivals` (open). Stops early if the connection
-/// breaks; a statement's own error is counted and the loop goes on.
+/// The seed of connection `i`'s key generator.
+fn seed_of(spec: &BenchSpec, i: usize) -> u64 {
+    spec.seed.wrapping_mul(1_000_003).wrapping_add(i as u64)
+}
+
+/// One connection's open loop until `deadline`: queries at the due times
+/// it takes from `arrivals`, latency from the due time. Stops early if the
+/// connection breaks; a statement's own error is counted and the loop goes
+/// on. (The closed loop is [`closed_loop::run`].)
 async fn connection(
     mut conn: Conn,
     prepared: bool,
     q: QueryTemplate,
-    arrivals: Option<Arc<Mutex<Arrivals>>>,
+    arrivals: Arc<Mutex<Arrivals>>,
     seed: u64,
     start: Instant,
     deadline: Instant,
 ) -> Tally {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut tally = Tally { latency_us: Histogram::new(3).expect("valid"), ok: 0, rows: 0, errors: 0 };
+    let mut tally = Tally::new();
     let parts: Vec<&str> = q.sql.split("$1").collect();
     loop {
-        let intended = match &arrivals {
-            None => Instant::now(),
-            Some(a) => {
-                let due = start + Duration::from_secs_f64(a.lock().expect("arrivals lock").take());
-                tokio::time::sleep_until(due).await;
-                due
-            }
-        };
-        if intended >= deadline {
+        let due = start + Duration::from_secs_f64(arrivals.lock().expect("arrivals lock").take());
+        tokio::time::sleep_until(due).await;
+        if due >= deadline {
             return tally;
         }
         let key = (q.key_range > 0).then(|| rng.gen_range(1..=q.key_range as i64));
         let result = if prepared { conn.execute(key).await } else { conn.simple(&parts, key).await };
         match result {
-            Ok(rows) => {
-                tally.ok += 1;
-                tally.rows += rows;
-                let us = intended.elapsed().as_micros() as u64;
-                if tally.latency_us.record(us).is_err() {
-                    tally.latency_us.saturating_record(us);
-                }
-            }
+            Ok(rows) => tally.completed(rows, due.elapsed().as_micros() as u64),
             Err(e) => {
                 tally.errors += 1;
                 if !WireError::recoverable(&e) {
