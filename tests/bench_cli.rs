@@ -24,6 +24,14 @@ fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
 
+/// `plbbench bench` of `query` on keys 1..=1000 against `dsn` with `extra`
+/// flags, as JSON.
+fn bench_json(dsn: &str, query: &str, extra: &[&str]) -> Value {
+    let mut args = vec!["bench", "--dsn", dsn, "--query", query, "--key-range", "1000", "--format", "json"];
+    args.extend_from_slice(extra);
+    json(&plbbench(&args))
+}
+
 fn f(v: &Value, k: &str) -> f64 {
     v[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {v}"))
 }
@@ -93,42 +101,12 @@ fn closed_and_open_loop_against_a_real_server() {
 
     // The closed loop with the simple protocol (the key inlined), 3
     // connections on the default threads.
-    let simple = json(&plbbench(&[
-        "bench",
-        "--dsn",
-        &dsn,
-        "--query",
-        "SELECT $1 + 1",
-        "--key-range",
-        "1000",
-        "-c",
-        "3",
-        "-T",
-        "1",
-        "--format",
-        "json",
-    ]));
+    let simple = bench_json(&dsn, "SELECT $1 + 1", &["-c", "3", "-T", "1"]);
     assert_eq!((f(&simple, "errors"), f(&simple, "connections")), (0.0, 3.0), "{simple}");
     assert!(f(&simple, "queries") >= 50.0 && f(&simple, "rows") == f(&simple, "queries"), "{simple}");
 
     // Simple protocol with the key inlined, open loop at 200 qps for 2 s.
-    let open = json(&plbbench(&[
-        "bench",
-        "--dsn",
-        &dsn,
-        "--query",
-        "SELECT $1 + 1",
-        "--key-range",
-        "1000",
-        "-c",
-        "4",
-        "-T",
-        "2",
-        "--rate",
-        "200",
-        "--format",
-        "json",
-    ]));
+    let open = bench_json(&dsn, "SELECT $1 + 1", &["-c", "4", "-T", "2", "--rate", "200"]);
     eprintln!("open: {open}");
     assert_eq!(open["mode"], "open");
     let n = f(&open, "queries");
