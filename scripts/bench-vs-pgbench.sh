@@ -29,9 +29,7 @@ source scripts/lib/pgbench-server.sh
 
 # run_pgbench MODE N / run_plbbench MODE N: one measurement, printed as
 # "rate queries cpu_us_per_query" (the client's user + system CPU).
-timed() {
-    /usr/bin/time -f '%U %S' -o "$work/time" "$@"
-}
+timer=(/usr/bin/time -f '%U %S' -o "$work/time")
 cpu_per_query() {
     local u s
     read -r u s <"$work/time"
@@ -39,7 +37,7 @@ cpu_per_query() {
 }
 run_pgbench() {
     local out rate n
-    out=$(timed "$pgbench" -n -S -M "$1" -c "$2" -j 2 -T "$secs" 2>/dev/null)
+    out=$("${timer[@]}" "$pgbench" -n -S -M "$1" -c "$2" -j 2 -T "$secs" 2>/dev/null)
     rate=$(sed -n 's/^tps = \([0-9.]*\).*without initial connection time.*/\1/p' <<<"$out")
     n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
     [[ -n $rate && -n $n && $n -gt 0 ]] || return 0
@@ -48,9 +46,7 @@ run_pgbench() {
 run_plbbench() {
     local prepared=() out rate n
     [[ $1 == prepared ]] && prepared=(--prepared)
-    out=$(timed "$bin" bench --dsn "host=127.0.0.1 port=$port user=postgres dbname=postgres" \
-        --query 'SELECT abalance FROM pgbench_accounts WHERE aid = $1' --key-range $((100000 * scale)) \
-        "${prepared[@]}" -c "$2" -j 2 -T "$secs" --format json)
+    out=$(plbbench_select "${prepared[@]}" -c "$2" -j 2 -T "$secs" --format json)
     rate=$(sed -n 's/^ *"qps": \([0-9.]*\),*$/\1/p' <<<"$out")
     n=$(sed -n 's/^ *"queries": \([0-9]*\),*$/\1/p' <<<"$out")
     [[ -n $rate && -n $n && $n -gt 0 ]] || return 0

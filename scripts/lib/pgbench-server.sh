@@ -48,8 +48,10 @@ export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres PGDATABASE=postgres
 log "pgbench -i -s $scale"
 "$pgbench" -i -q -s "$scale" >"$work/init.log" 2>&1 || { cat "$work/init.log" >&2; die "pgbench -i failed"; }
 
-# The same query for both tools: pgbench -S's SELECT on a random aid.
+# The same query for both tools: pgbench -S's SELECT on a random aid. The
+# command runs under the caller's `timer` array when set (e.g. GNU time).
+timer=()
 plbbench_select() {
-    "$bin" bench --dsn "host=127.0.0.1 port=$port user=postgres dbname=postgres" \
+    "${timer[@]}" "$bin" bench --dsn "host=127.0.0.1 port=$port user=postgres dbname=postgres" \
         --query 'SELECT abalance FROM pgbench_accounts WHERE aid = $1' --key-range $((100000 * scale)) "$@"
 }
