@@ -53,9 +53,7 @@ sim() {
         rm -rf "$out/sim-run"
         /usr/bin/time -f '%U %S' -o "$out/time" "$bin" run --cluster sim --quiet --checks warn --out "$out/sim-run" "$@" >/dev/null
         read -r u s <"$out/time"
-        work=$(python3 -c 'import json, sys
-d = json.load(open(sys.argv[1]))
-print(sum(p["completed"] + p["errors"] for p in d["phases"]) + sum(a["sessions_started"] for a in d["accounting"]))' "$out/sim-run/summary.json")
+        work=$(python3 scripts/lib/sim-work.py "$out/sim-run/summary.json")
         printf 'sim.cpu_ns_per_query.%s,ns,lower,%d,%.1f,"plbbench run --cluster sim %s"\n' "$label" "$i" \
             "$(echo "($u + $s) * 1000000000 / $work" | bc -l)" "$*" >>"$FIGURES"
     done

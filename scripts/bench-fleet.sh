@@ -18,12 +18,8 @@ bin=$PWD/target/release/plbbench
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-# work DIR: queries sent (completed or failed) plus sessions started.
-work() {
-    python3 -c 'import json, sys
-d = json.load(open(sys.argv[1]))
-print(sum(p["completed"] + p["errors"] for p in d["phases"]) + sum(a["sessions_started"] for a in d["accounting"]))' "$1"
-}
+# work FILE: queries sent (completed or failed) plus sessions started, from a summary.json.
+work() { python3 scripts/lib/sim-work.py "$1"; }
 
 echo "| K | T | load avg before | wall s | user CPU s | peak RSS MiB | queries + sessions | CPU us per query or session |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- |"

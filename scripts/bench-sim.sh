@@ -59,12 +59,8 @@ echo "| clients T (300 simulated s) | median wall s | peak RSS MiB |"
 echo "| --- | --- | --- |"
 for t in 1000 10000 100000; do row "$t" --faults cascade --T "$t"; done
 echo
-# work DIR: queries sent (completed or failed) plus sessions started, from summary.json.
-work() {
-    python3 -c 'import json, sys
-d = json.load(open(sys.argv[1]))
-print(sum(p["completed"] + p["errors"] for p in d["phases"]) + sum(a["sessions_started"] for a in d["accounting"]))' "$1"
-}
+# work FILE: queries sent (completed or failed) plus sessions started, from a summary.json.
+work() { python3 scripts/lib/sim-work.py "$1"; }
 # length T: the run-length table of a cascade at T clients.
 length() {
     local t=$1 x i walls rows=()

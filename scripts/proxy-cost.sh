@@ -3,8 +3,8 @@
 # beside PgBouncer's (docs/performance.md, "The proxy's own cost"). A
 # one-replica plbbench local cluster (`plbbench cluster up --replicas 1` in
 # a private state directory, `cluster down` on exit) loaded with `pgbench -i
-# -s SCALE`; in front of it `plbbench proxy` (no config: trust on loopback,
-# rr) and Debian's PgBouncer in session mode (a temporary config on
+# -s SCALE`; in front of it `plbbench proxy` (trust on loopback, rr, its
+# kept server connections sized and timed as PgBouncer's) and Debian's PgBouncer in session mode (a temporary config on
 # 127.0.0.1, stopped on exit). For each client count, ROUNDS rounds of
 # `pgbench -n -S -c N -j 2 -T SECONDS` through each, the order alternating
 # each round. Around each pgbench run the middleman's CPU is read from
@@ -106,13 +106,17 @@ proxy_port=$(free_port)
 log "plbbench proxy on 127.0.0.1:$proxy_port (a session of its own)"
 # setsid execs the proxy in this process (a background job is no process
 # group leader), so $! is the proxy's pid.
-setsid "$bin" proxy --replicas 1 --strategy rr --T "$most" --listen "127.0.0.1:$proxy_port" >"$work/proxy.out" 2>"$work/proxy.err" &
+# Its kept server connections sized and timed as PgBouncer's pool below.
+printf 'server_pool = %d\nserver_idle_timeout_s = 2\n' "$((most + 4))" >"$work/proxy.toml"
+setsid "$bin" proxy --config "$work/proxy.toml" --replicas 1 --strategy rr --T "$most" --listen "127.0.0.1:$proxy_port" \
+    >"$work/proxy.out" 2>"$work/proxy.err" &
 proxy_pid=$!
 
 bouncer_port=$(free_port)
-# A pool for the most clients; idle server connections close after 2 s so
-# that PgBouncer's pool and the proxy's sessions never together pass the
-# server's max_connections (300) when the two take turns.
+# A pool for the most clients; idle server connections close after 2 s
+# (the proxy's kept ones too) so that the two middlemen's server
+# connections never together pass the server's max_connections (300) when
+# they take turns.
 PGBOUNCER_POOL=$((most + 4)) PGBOUNCER_IDLE=2 start_pgbouncer "$work" "$bouncer_port" "plbbench = host=127.0.0.1 port=$port dbname=plbbench user=plbbench password=$password" plbbench
 
 for p in "$proxy_port" "$bouncer_port"; do
@@ -226,7 +230,7 @@ for mode in $modes; do
             if (( i % 2 )); then order=(plbbench-proxy pgbouncer); else order=(pgbouncer plbbench-proxy); fi
             declare -A round_cpu=() round_tps=()
             for t in "${order[@]}"; do
-                sleep 3  # PgBouncer's idle server connections close (server_idle_timeout 2)
+                sleep 4  # idle server connections close (server_idle_timeout 2, checked about once a second)
                 got=$(measure "${pid_of[$t]}" "${port_of[$t]}" "$n")
                 read -r tps cpu calls sleeps preempt user <<<"$got"
                 printf '| %s | %s | %d | %d | %.0f | %.2f | %.2f | %s | %.3f | %.3f |\n' "$t" "$mode" "$n" "$i" "$tps" "$cpu" "$user" "$(fmt "$calls" 2)" "$sleeps" "$preempt"

@@ -6,7 +6,10 @@
 # OUT/loadavg.csv beside the experiment. The experiment resumes: run it
 # again with the same OUT to finish an interrupted grid (it may span
 # sessions). Measure on a quiet machine: no build, no other benchmark.
-# The paper's workload (`--workload paper`) unless WORKLOAD names another.
+# The paper's workload (`--workload paper`) unless WORKLOAD names another;
+# STRATEGIES and FAULTS narrow the grid (RQ3 on the real cluster:
+# `STRATEGIES=plb FAULTS=cascade MIXES=25:75,50:50,75:25 TIME_SCALE=1.0
+# bash scripts/real-paper-grid.sh OUT --T 600`).
 # Extra arguments go to `plbbench experiment`.
 # Usage: scripts/real-paper-grid.sh OUT [ARGS...]
 set -euo pipefail
@@ -26,5 +29,6 @@ mkdir -p "$out"
 ) &
 sampler=$!
 trap 'kill $sampler 2>/dev/null || true' EXIT
-"$bin" experiment --cluster local --workload "${WORKLOAD:-paper}" --strategies plb,rr-split,rr,lc --mixes "${MIXES:-25:75}" \
-    --faults premium-fault,cascade --repeat 3 --time-scale "${TIME_SCALE:-0.7}" --progress lines --out "$out" "$@"
+"$bin" experiment --cluster local --workload "${WORKLOAD:-paper}" --strategies "${STRATEGIES:-plb,rr-split,rr,lc}" \
+    --mixes "${MIXES:-25:75}" --faults "${FAULTS:-premium-fault,cascade}" --repeat 3 --time-scale "${TIME_SCALE:-0.7}" \
+    --progress lines --out "$out" "$@"

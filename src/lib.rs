@@ -21,6 +21,7 @@ pub(crate) mod fsutil;
 pub(crate) mod progress;
 pub mod proxy;
 pub(crate) mod report;
+pub(crate) mod scram;
 pub(crate) mod stats;
 
 use cli::{Cli, Command};

@@ -13,6 +13,8 @@
 //! - a replica killed under pgbench gives its clients a clean FATAL and
 //!   new sessions go to survivors; after a cascade (both Premium replicas
 //!   down) the repaired roles still keep the classes apart;
+//! - a session gets a kept server connection with nothing of the session
+//!   before it left, and one left in a transaction is not kept;
 //! - SIGTERM drains: no new connections, a session past the drain time is
 //!   closed with 57P01, the proxy exits 0.
 //!
@@ -285,6 +287,53 @@ fn check_apart(roles: &[char], seen: &[Option<(u32, u32)>]) -> (u32, u32) {
     totals
 }
 
+/// Server connections kept between sessions (the default `server_pool`):
+/// a session after another of the same user parameters on the same
+/// replica gets its backend, with nothing of the earlier session left (a
+/// setting, a temporary table) and its own application_name; a kept
+/// connection waits on its replica named `plbbench proxy: kept`; a client
+/// that leaves inside a transaction does not leave its connection kept.
+fn kept_server_connections(c: &Cluster, p: &Proxy) {
+    let default_work_mem = c.psql(0, "SHOW work_mem");
+    let app = "premium-keep";
+    let (ok, first, err) = p.psql(
+        "alice",
+        PASSWORD,
+        app,
+        "SET work_mem = '77MB'; CREATE TEMP TABLE kept_t (x int); SELECT pg_backend_pid() || ' ' || inet_server_port()",
+    );
+    assert!(ok, "{err}");
+    let probe = "SELECT pg_backend_pid() || ' ' || inet_server_port() || ' ' || current_setting('work_mem') || ' ' \
+                 || coalesce(to_regclass('pg_temp.kept_t')::text, 'none') || ' ' || current_setting('application_name')";
+    let mut same = 0;
+    for i in 0..6 {
+        let (ok, out, err) = p.psql("alice", PASSWORD, app, probe);
+        assert!(ok, "session {i}: {err}");
+        let words: Vec<&str> = out.split(' ').collect();
+        assert_eq!(words.len(), 5, "{out}");
+        if words[..2].join(" ") == first {
+            same += 1;
+            assert_eq!(words[2..], [default_work_mem.as_str(), "none", app], "the earlier session left state behind");
+        }
+    }
+    assert!(same >= 1, "no session got the first one's backend {first} again");
+    let kept = || -> u32 {
+        let sql = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'plbbench proxy: kept'";
+        (0..5).map(|r| c.psql(r, sql).parse::<u32>().unwrap()).sum()
+    };
+    let until = Instant::now() + Duration::from_secs(5);
+    while kept() == 0 {
+        assert!(Instant::now() < until, "no kept connection waits on a replica");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (ok, open, err) = p.psql("alice", PASSWORD, app, "BEGIN; SELECT pg_backend_pid() || ' ' || inet_server_port()");
+    assert!(ok, "{err}");
+    for i in 0..6 {
+        let (ok, out, err) = p.psql("alice", PASSWORD, app, "SELECT pg_backend_pid() || ' ' || inet_server_port()");
+        assert!(ok && out != open, "session {i} got the backend a client left in a transaction: {err}");
+    }
+}
+
 /// A replica killed under pgbench: its clients get a clean FATAL, new
 /// sessions go to the survivors.
 fn kill_under_pgbench(c: &Cluster, p: &Proxy) {
@@ -461,6 +510,7 @@ fn real_clients_through_the_proxy() {
     .unwrap();
     let mut p = Proxy::start(&c, &config);
     logins_and_bad_input(&c, &p);
+    kept_server_connections(&c, &p);
     late_naming(&c, &p);
     pgbench_by_class(&c, &p);
     kill_under_pgbench(&c, &p);
@@ -468,6 +518,8 @@ fn real_clients_through_the_proxy() {
     drain(&mut p);
     let log = p.stderr();
     assert!(log.contains("detect") && log.contains("down"), "the controller's events are logged: {log}");
+    let reused = log.split("sessions served (").nth(1).and_then(|t| t.split(' ').next()).and_then(|n| n.parse().ok());
+    assert!(reused.is_some_and(|n: u32| n >= 1), "sessions on kept server connections: {log}");
 }
 
 /// The pid a `run --via-proxy` printed for its proxy child.

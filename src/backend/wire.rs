@@ -12,6 +12,7 @@
 //! cleartext, MD5 and SCRAM-SHA-256, without TLS. It only runs queries and
 //! counts rows; the real driver keeps tokio-postgres for everything else.
 
+use crate::scram;
 use bytes::{Buf, BufMut, BytesMut};
 use postgres_protocol::authentication::{md5_hash, sasl};
 use postgres_protocol::message::{backend, frontend};
@@ -159,21 +160,28 @@ impl Conn {
         self.expect_ok().await
     }
 
-    /// SCRAM-SHA-256 without channel binding.
+    /// SCRAM-SHA-256 without channel binding, with the salted password
+    /// kept per server and role (`crate::scram`): only a process's first
+    /// login to a server derives it, off the event loop.
     async fn scram(&mut self, password: &[u8]) -> Result<(), WireError> {
-        let scram = sasl::ScramSha256::new(password, sasl::ChannelBinding::unsupported());
-        frontend::sasl_initial_response(sasl::SCRAM_SHA_256, scram.message(), &mut self.wbuf)?;
+        let (client, first) = scram::Client::start();
+        frontend::sasl_initial_response(sasl::SCRAM_SHA_256, first.as_bytes(), &mut self.wbuf)?;
         self.flush().await?;
         let backend::Message::AuthenticationSaslContinue(body) = self.message().await? else {
             return Err(WireError::Unsupported("SCRAM: expected the server's first message".into()));
         };
-        let mut scram = salt(scram, body.data().to_vec()).await?;
-        frontend::sasl_response(scram.message(), &mut self.wbuf)?;
+        let server_first = String::from_utf8_lossy(body.data()).into_owned();
+        let salted = match client.kept_salt(password, &server_first).map_err(scram_failed)? {
+            Some(s) => s,
+            None => derive(password, client.salt_of(&server_first).map_err(scram_failed)?).await?,
+        };
+        let (sent, last) = client.finish_with(password, &server_first, salted).map_err(scram_failed)?;
+        frontend::sasl_response(last.as_bytes(), &mut self.wbuf)?;
         self.flush().await?;
         let backend::Message::AuthenticationSaslFinal(body) = self.message().await? else {
             return Err(WireError::Unsupported("SCRAM: expected the server's final message".into()));
         };
-        scram.finish(body.data())?;
+        sent.verify(&String::from_utf8_lossy(body.data())).map_err(scram_failed)?;
         self.expect_ok().await
     }
 
@@ -356,15 +364,20 @@ impl Answer {
     }
 }
 
-/// The SCRAM client's answer to the server's first message: its key
-/// derivation (PBKDF2, 4096 rounds by default, about a millisecond of CPU)
-/// runs on tokio's blocking pool, so that it stalls no event loop (the
-/// proxy relays every session on one thread).
-async fn salt(mut scram: sasl::ScramSha256, server_first: Vec<u8>) -> Result<sasl::ScramSha256, WireError> {
-    match tokio::task::spawn_blocking(move || scram.update(&server_first).map(|()| scram)).await {
-        Ok(answered) => answered.map_err(WireError::from),
-        Err(e) => Err(WireError::Io(io::Error::other(format!("SCRAM key derivation: {e}")))),
-    }
+/// The SCRAM client's salted password for a server's salt and iteration
+/// count: the key derivation (PBKDF2, 4096 rounds by default, about a
+/// millisecond of CPU) runs on tokio's blocking pool, so that it stalls no
+/// event loop (the proxy logs clients in on one thread).
+async fn derive(password: &[u8], (salt, iterations): (Vec<u8>, u32)) -> Result<[u8; 32], WireError> {
+    let password = password.to_vec();
+    tokio::task::spawn_blocking(move || scram::salted_password(&password, &salt, iterations))
+        .await
+        .map_err(|e| WireError::Io(io::Error::other(format!("SCRAM key derivation: {e}"))))
+}
+
+/// A SCRAM exchange the server's messages broke, as a [`WireError`].
+fn scram_failed(e: scram::ClientError) -> WireError {
+    WireError::Unsupported(e.to_string())
 }
 
 /// An ErrorResponse as a [`WireError::Server`].

@@ -134,6 +134,8 @@ pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
         metrics,
         feed: args.feed,
         threads: args.threads,
+        server_pool: cfg.server_pool,
+        server_idle_timeout: Duration::from_secs_f64(cfg.server_idle_timeout_s),
     };
     let auth = if input.users.is_some() { "scram-sha-256" } else { "trust" };
     let tls_mode = format!("{:?}", cfg.tls.mode).to_lowercase();
@@ -159,7 +161,11 @@ pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
     let out = runtime.block_on(serve(input)).context("serving clients")?;
     drop(runtime);
     drop(cluster);
-    eprintln!("plbbench proxy: stopped: {} sessions served, {} closed at the drain deadline", out.sessions, out.cut);
+    eprintln!(
+        "plbbench proxy: stopped: {} sessions served ({} on a kept server connection, {} logins to replicas), \
+         {} closed at the drain deadline",
+        out.sessions, out.reused, out.logins, out.cut
+    );
     Ok(())
 }
 

@@ -64,6 +64,16 @@ pub struct ProxyConfig {
     /// TLS to clients [default: disabled, an SSLRequest is answered `N`].
     #[serde(default)]
     pub tls: TlsConfig,
+    /// Server connections kept idle per replica for later sessions: a
+    /// session whose client leaves with its server idle hands its
+    /// connection, reset with `DISCARD ALL`, to the next session routed to
+    /// that replica with the same database and startup parameters, so that
+    /// session costs no login; 0 logs every session in [default 100].
+    #[serde(default = "server_pool")]
+    pub server_pool: usize,
+    /// A kept server connection idle this long is closed [default 60].
+    #[serde(default = "server_idle_timeout_s")]
+    pub server_idle_timeout_s: f64,
 }
 
 /// The longest any of the proxy's deadlines may be, seconds.
@@ -81,6 +91,15 @@ fn drain_s() -> f64 {
 fn late_class_timeout_ms() -> u64 {
     3000
 }
+fn server_pool() -> usize {
+    100
+}
+fn server_idle_timeout_s() -> f64 {
+    60.0
+}
+
+/// The most server connections `server_pool` may keep per replica.
+pub const MAX_SERVER_POOL: usize = 10_000;
 
 impl ProxyConfig {
     /// Parses and checks the file's text.
@@ -92,6 +111,15 @@ impl ProxyConfig {
             if !(v > 0.0 && v <= MAX_DEADLINE_S) {
                 return Err(format!("{field}: must be above 0 and at most {MAX_DEADLINE_S} seconds, not {v}"));
             }
+        }
+        if c.server_pool > MAX_SERVER_POOL {
+            return Err(format!("server_pool: must be 0 to {MAX_SERVER_POOL}, not {}", c.server_pool));
+        }
+        if !(c.server_idle_timeout_s > 0.0 && c.server_idle_timeout_s <= MAX_DEADLINE_S) {
+            return Err(format!(
+                "server_idle_timeout_s: must be above 0 and at most {MAX_DEADLINE_S} seconds, not {}",
+                c.server_idle_timeout_s
+            ));
         }
         if !(0.0..=3600.0).contains(&c.drain_s) {
             return Err(format!("drain_s: must be 0 to 3600 seconds, not {}", c.drain_s));
@@ -181,6 +209,7 @@ mod tests {
         let c = ProxyConfig::parse(MIN).unwrap();
         assert_eq!((c.login_timeout_s, c.server_connect_timeout_s, c.drain_s), (10.0, 5.0, 10.0));
         assert_eq!(c.late_class_timeout_ms, 3000);
+        assert_eq!((c.server_pool, c.server_idle_timeout_s), (100, 60.0));
         assert!(c.dsns.is_empty() && c.users_file.is_none() && c.listen.is_none());
     }
 
@@ -194,6 +223,10 @@ mod tests {
         assert!(e.contains("key_file"), "{e}");
         let e = ProxyConfig::parse("[tls]\nmode = \"sometimes\"\n").unwrap_err();
         assert!(e.contains("mode") && e.contains("sometimes"), "{e}");
+        let e = ProxyConfig::parse("server_pool = 10001\n").unwrap_err();
+        assert!(e.starts_with("server_pool") && e.contains("10001"), "{e}");
+        let e = ProxyConfig::parse("server_idle_timeout_s = 0\n").unwrap_err();
+        assert!(e.starts_with("server_idle_timeout_s"), "{e}");
         let e = ProxyConfig::parse("late_class_timeout_ms = 0\n").unwrap_err();
         assert!(e.starts_with("late_class_timeout_ms"), "{e}");
         let e = ProxyConfig::parse("listen = \"nowhere\"\n").unwrap_err();

@@ -46,6 +46,16 @@ pub(super) struct Framing {
     text: [u8; WATCHED],
     /// The last `SET application_name` value seen.
     pub named: Option<String>,
+    /// On the client's stream: Query, Sync and FunctionCall messages, each
+    /// answered by one ReadyForQuery.
+    pub asks: u64,
+    /// On the client's stream: a message other than those (or COPY data,
+    /// or Terminate) went by since the last of them.
+    pub unsynced: bool,
+    /// On the server's stream: ReadyForQuery messages, and the transaction
+    /// status of the last (`I` idle, `T` in a transaction, `E` failed one).
+    pub readies: u64,
+    pub status: u8,
 }
 
 /// How much of a Query or Parse is read for `SET application_name`.
@@ -73,6 +83,10 @@ impl Framing {
             text_len: None,
             text: [0; WATCHED],
             named: None,
+            asks: 0,
+            unsynced: false,
+            readies: 0,
+            status: 0,
         }
     }
 
@@ -140,6 +154,7 @@ impl Framing {
     /// ErrorResponse, its SQLSTATE (the `C` field).
     fn message_done(&mut self) {
         self.last = self.header[0];
+        self.readies += u64::from(self.last == b'Z');
         if self.last != b'E' {
             return;
         }
@@ -169,6 +184,11 @@ impl Framing {
                     self.key_seen = 0;
                     self.error_seen = 0;
                     self.terminated |= self.header[0] == b'X';
+                    match self.header[0] {
+                        b'Q' | b'S' | b'F' => (self.asks, self.unsynced) = (self.asks + 1, false),
+                        b'X' | b'd' | b'c' | b'f' => {}
+                        _ => self.unsynced = true,
+                    }
                     if self.watch && matches!(self.header[0], b'Q' | b'P') {
                         self.text_len = Some(0);
                         if self.remaining == 0 {
@@ -185,6 +205,7 @@ impl Framing {
             match self.header[0] {
                 b'K' => self.key_bytes(&bytes[..take]),
                 b'E' => self.error_bytes(&bytes[..take]),
+                b'Z' if take > 0 => self.status = bytes[0],
                 _ => {}
             }
             self.text_bytes(&bytes[..take]);
@@ -226,6 +247,24 @@ mod tests {
         let body = b"plbbench.replica\0r2\0";
         f.feed(&[b'S'].into_iter().chain((4 + body.len() as u32).to_be_bytes()).chain(*body).collect::<Vec<u8>>());
         assert!(f.at_boundary());
+    }
+
+    #[test]
+    fn framing_counts_asks_and_their_answers_and_the_last_status() {
+        let (up, down) = routed_traffic();
+        for chunk in [1, 3, 4096] {
+            let (mut client, mut server) = (Framing::new(), Framing::new());
+            up.chunks(chunk).for_each(|p| client.feed(p));
+            down.chunks(chunk).for_each(|p| server.feed(p));
+            assert_eq!((client.asks, client.unsynced), (150, false), "a Sync and two Queries per round");
+            assert_eq!((server.readies, server.status), (50, b'I'));
+            client.feed(&[b'P', 0, 0, 0, 4]);
+            assert!(client.unsynced, "a Parse with no Sync yet");
+            client.feed(&[b'X', 0, 0, 0, 4]);
+            assert!(client.unsynced && client.terminated && client.asks == 150);
+            server.feed(&[b'Z', 0, 0, 0, 5, b'T']);
+            assert_eq!((server.readies, server.status), (51, b'T'));
+        }
     }
 
     /// An ErrorResponse as PostgreSQL sends it: severity (localized, then

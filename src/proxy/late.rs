@@ -47,7 +47,11 @@ pub async fn session(shared: &Arc<Shared>, id: u32, mut client: ClientStream, st
     }
     let Some(heard) = listen(shared, &mut client).await else { return };
     let class = heard.app_name.as_deref().map_or(shared.rule.default, |v| shared.rule.class_of_value(v));
-    let Some((r, mut server, pending)) = relay::route(shared, id, &mut client, startup, class).await else { return };
+    let Some(relay::Routed { r, mut server, pending, origin }) =
+        relay::route(shared, id, &mut client, startup, class).await
+    else {
+        return;
+    };
     let replayed = match replay(shared, &mut server, pending, &heard.sets).await {
         Ok(g) => g,
         Err(f) => {
@@ -62,7 +66,7 @@ pub async fn session(shared: &Arc<Shared>, id: u32, mut client: ClientStream, st
     let mut to_client = relay::parameter_status(REPLICA_PARAM, &r.to_string());
     replayed.params.iter().for_each(|p| to_client.extend(p));
     let start = Start { to_client, to_server: heard.first, seen: BytesMut::new(), key: registered };
-    relay::finish(shared, Session { id, r, class, who }, client, server, start).await;
+    relay::finish(shared, Session { id, r, class, who, origin }, client, server, start).await;
 }
 
 /// What a client said before its session was routed.

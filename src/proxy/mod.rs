@@ -25,6 +25,7 @@ mod login;
 mod pump;
 mod relay;
 pub mod scram;
+mod server_pool;
 pub mod startup;
 pub mod tls;
 mod violations;
@@ -88,6 +89,10 @@ pub struct ProxyInput {
     /// Pump threads that copy routed plain-TCP sessions (at least 1; see
     /// [`pump`]).
     pub threads: usize,
+    /// Idle server connections kept per replica for later sessions (0:
+    /// none; see [`server_pool`]), and how long one may stay idle.
+    pub server_pool: usize,
+    pub server_idle_timeout: Duration,
 }
 
 /// How the proxy ended.
@@ -97,6 +102,9 @@ pub struct ProxyOutcome {
     pub sessions: u64,
     /// Sessions closed by the drain deadline.
     pub cut: usize,
+    /// Logins to replicas, and sessions served on a kept connection.
+    pub logins: u64,
+    pub reused: u64,
 }
 
 /// A BackendKeyData's process id and secret key.
@@ -139,6 +147,8 @@ pub(crate) struct Shared {
     confirms: mpsc::UnboundedSender<Confirm>,
     /// Each client's allowance of protocol violations.
     violations: Mutex<Violations>,
+    /// Server connections kept for later sessions.
+    pool: server_pool::ServerPool,
 }
 
 impl Shared {
@@ -365,6 +375,7 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
         pumps: pump::Pumps::start(input.threads)?,
         confirms,
         violations: Mutex::new(Violations::default()),
+        pool: server_pool::ServerPool::new(input.server_pool, input.server_idle_timeout),
     });
     background.push(tokio::spawn(confirmer(shared.clone(), asked)));
     if let Some(live) = &live {
@@ -417,7 +428,12 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     background.iter().for_each(|t| t.abort());
-    Ok(ProxyOutcome { sessions: u64::from(shared.routed.load(Ordering::Relaxed)), cut })
+    Ok(ProxyOutcome {
+        sessions: u64::from(shared.routed.load(Ordering::Relaxed)),
+        cut,
+        logins: shared.pool.logins.load(Ordering::Relaxed),
+        reused: shared.pool.reused.load(Ordering::Relaxed),
+    })
 }
 
 /// Resolves once the proxy closes its sessions.
@@ -484,7 +500,9 @@ async fn encrypt(sock: ClientStream, acceptor: TlsAcceptor, limit: Duration) -> 
 /// Every 20 ms while something is timed (sessions wait at the gate, a
 /// stability window or a probation ramp runs): waiting sessions the gate
 /// now admits start, those past their deadline are refused, windows end.
-/// Every second the metrics are refreshed and the feed told the state.
+/// Every second the metrics are refreshed, the feed told the state, and
+/// kept server connections closed when idle too long or when their
+/// replica is no longer held healthy.
 /// With nothing timed the proxy does not wake between seconds, as
 /// PgBouncer does not: an idle wake-up costs CPU that relaying needs.
 async fn tick(shared: Arc<Shared>) {
@@ -506,6 +524,9 @@ async fn tick(shared: Arc<Shared>) {
                 if shared.feed {
                     println!("{}", shared.state(&ctl.c).line());
                 }
+                let replicas = ReplicaId::all(shared.replicas.len());
+                let states: Vec<_> = replicas.map(|r| (ctl.c.is_healthy(r), ctl.c.role(r))).collect();
+                shared.pool.expire(&states);
             }
             let timed = ctl.timed();
             shared.ticking.store(timed, Ordering::SeqCst);

@@ -49,18 +49,27 @@ pub(super) enum End {
     Ended([u8; 5]),
     /// The proxy is stopping.
     Stop,
+    /// The client left after a Terminate that was withheld from an idle
+    /// server: its connection may serve another session
+    /// ([`super::server_pool`]).
+    Reusable,
 }
 
 /// What follows a session's bytes as a pump copies them (the proxy's
 /// `relay::Flow`).
 pub(super) trait Follow: Send + 'static {
-    /// The client sent `bytes`.
-    fn client_sent(&mut self, bytes: &[u8]);
+    /// The client sent `bytes`: how many of them to pass on (all but a
+    /// withheld Terminate at their end).
+    fn client_sent(&mut self, bytes: &[u8]) -> usize;
     /// The server sent `bytes`.
     fn server_sent(&mut self, bytes: &[u8]);
     /// The server closed its side, or stopped taking bytes: how the
     /// session ended, from what the server said last.
     fn server_closed(&self) -> End;
+    /// The client closed its side, or its Terminate was withheld:
+    /// [`End::Reusable`] after a withheld Terminate (the session is over at
+    /// once), else [`End::Quiet`].
+    fn client_closed(&self) -> End;
 }
 
 /// The token of a pump's waker (sessions' tokens are `2i` for the client's
@@ -201,8 +210,8 @@ impl Pipe {
 
     /// Writes what is held, then reads and writes while the source has
     /// bytes, the sink takes them and the turn lasts; `seen` follows every
-    /// read.
-    fn copy(&mut self, src: &mut impl Read, dst: &mut impl Write, mut seen: impl FnMut(&[u8])) -> Step {
+    /// read and says how much of it to write.
+    fn copy(&mut self, src: &mut impl Read, dst: &mut impl Write, mut seen: impl FnMut(&[u8]) -> usize) -> Step {
         let mut reads = 0;
         loop {
             while self.from < self.to {
@@ -224,8 +233,8 @@ impl Pipe {
                 Ok(0) => return Step::SourceClosed,
                 Ok(n) => {
                     reads += 1;
-                    seen(&self.buf[..n]);
-                    (self.from, self.to) = (0, n);
+                    let keep = seen(&self.buf[..n]).min(n);
+                    (self.from, self.to) = (0, keep);
                     self.readable = n == self.buf.len() || self.closing;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => self.readable = false,
@@ -264,19 +273,31 @@ impl<F: Follow> Piped<F> {
     fn drive(&mut self) -> Drive {
         let Handed { client, server, flow, .. } = &mut self.h;
         let up = self.up.copy(client, server, |b| flow.client_sent(b));
+        if flow.client_closed() == End::Reusable {
+            // A withheld Terminate: the session is over now; the client,
+            // which may wait for the server to close (asyncpg does), is
+            // closed by the proxy.
+            return Drive::Over(End::Reusable);
+        }
         match up {
-            Step::SourceClosed => return Drive::Over(End::Quiet),
+            Step::SourceClosed => return Drive::Over(flow.client_closed()),
             Step::SinkGone => {
                 // The server stopped taking bytes: its last words (a FATAL,
                 // as a rule) may still be unread. Read them to the end
                 // before judging how the session ended.
                 (self.down.readable, self.down.closing) = (true, true);
-                let _ = self.down.copy(server, client, |b| flow.server_sent(b));
+                let _ = self.down.copy(server, client, |b| {
+                    flow.server_sent(b);
+                    b.len()
+                });
                 return Drive::Over(flow.server_closed());
             }
             Step::Idle | Step::Owed => {}
         }
-        let down = self.down.copy(server, client, |b| flow.server_sent(b));
+        let down = self.down.copy(server, client, |b| {
+            flow.server_sent(b);
+            b.len()
+        });
         match down {
             Step::SourceClosed => Drive::Over(flow.server_closed()),
             Step::SinkGone => Drive::Over(End::Quiet),
@@ -428,12 +449,12 @@ mod tests {
         let mut pipe = Pipe::new();
         pipe.readable = true;
         let (mut src, mut dst) = (source(100, false), Sink { got: Vec::new(), room: usize::MAX });
-        assert_eq!(pipe.copy(&mut src, &mut dst, |_| {}), Step::Idle);
+        assert_eq!(pipe.copy(&mut src, &mut dst, |b| b.len()), Step::Idle);
         assert_eq!((src.reads, dst.got.len(), pipe.readable), (1, 100, false), "one read, one write");
         let mut pipe = Pipe::new();
         (pipe.readable, pipe.closing) = (true, true);
         let mut src = source(100, true);
-        assert_eq!(pipe.copy(&mut src, &mut dst, |_| {}), Step::SourceClosed, "data and a close are both read");
+        assert_eq!(pipe.copy(&mut src, &mut dst, |b| b.len()), Step::SourceClosed, "data and a close are both read");
         assert_eq!(src.reads, 2);
     }
 
@@ -447,7 +468,13 @@ mod tests {
         while dst.got.len() < total {
             pipe.readable = true;
             let reads_before = src.reads;
-            assert_eq!(pipe.copy(&mut src, &mut dst, |b| seen += b.len()), Step::Idle);
+            assert_eq!(
+                pipe.copy(&mut src, &mut dst, |b| {
+                    seen += b.len();
+                    b.len()
+                }),
+                Step::Idle
+            );
             assert!(pipe.to - pipe.from <= CHUNK, "at most one read held");
             if pipe.from < pipe.to {
                 assert!(src.reads - reads_before <= 1, "no read past a full sink");
@@ -465,10 +492,20 @@ mod tests {
         let (mut pipe, mut src) = (Pipe::new(), source(100 * CHUNK, false));
         let mut dst = Sink { got: Vec::new(), room: usize::MAX };
         pipe.readable = true;
-        assert_eq!(pipe.copy(&mut src, &mut dst, |_| {}), Step::Owed);
+        assert_eq!(pipe.copy(&mut src, &mut dst, |b| b.len()), Step::Owed);
         assert_eq!((src.reads, dst.got.len()), (TURN, TURN * CHUNK));
-        assert_eq!(pipe.copy(&mut src, &mut dst, |_| {}), Step::Owed);
+        assert_eq!(pipe.copy(&mut src, &mut dst, |b| b.len()), Step::Owed);
         assert_eq!(src.reads, 2 * TURN);
+    }
+
+    #[test]
+    fn what_the_follower_holds_back_at_the_end_of_a_read_is_not_written() {
+        let mut pipe = Pipe::new();
+        pipe.readable = true;
+        let (mut src, mut dst) = (source(100, false), Sink { got: Vec::new(), room: usize::MAX });
+        assert_eq!(pipe.copy(&mut src, &mut dst, |b| b.len() - 5), Step::Idle);
+        assert_eq!(dst.got, source(95, false).data.into_inner(), "all but the last 5 bytes");
+        assert_eq!(pipe.from, pipe.to, "nothing left held");
     }
 
     #[test]
@@ -489,9 +526,9 @@ mod tests {
         }
         let mut pipe = Pipe::new();
         pipe.readable = true;
-        assert_eq!(pipe.copy(&mut source(10, false), &mut Broken, |_| {}), Step::SinkGone);
+        assert_eq!(pipe.copy(&mut source(10, false), &mut Broken, |b| b.len()), Step::SinkGone);
         let mut pipe = Pipe::new();
         pipe.readable = true;
-        assert_eq!(pipe.copy(&mut Broken, &mut Sink { got: Vec::new(), room: 9 }, |_| {}), Step::SourceClosed);
+        assert_eq!(pipe.copy(&mut Broken, &mut Sink { got: Vec::new(), room: 9 }, |b| b.len()), Step::SourceClosed);
     }
 }

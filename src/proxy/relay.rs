@@ -13,6 +13,7 @@
 use super::framing::Framing;
 use super::login::{send_fatal, Fatal};
 use super::pump::{Back, End, Follow, CHUNK};
+use super::server_pool::{read_greeting, Key, Origin};
 use super::startup::Startup;
 use super::tls::ClientStream;
 use super::violations::Who;
@@ -37,25 +38,37 @@ pub async fn session(
     class: Class,
     who: Who,
 ) {
-    let Some((r, server, pending)) = route(shared, id, &mut client, startup, class).await else { return };
+    let Some(Routed { r, server, pending, origin }) = route(shared, id, &mut client, startup, class).await else {
+        return;
+    };
     shared.remember_params(&pending);
     let mut to_client = AUTH_OK.to_vec();
     to_client.extend(parameter_status(REPLICA_PARAM, &r.to_string()));
     to_client.extend_from_slice(&pending);
     let start = Start { to_client, to_server: Vec::new(), seen: pending, key: None };
-    finish(shared, Session { id, r, class, who }, client, server, start).await;
+    finish(shared, Session { id, r, class, who, origin }, client, server, start).await;
 }
 
-/// Admission and the proxy's login to the chosen replica: the replica, the
-/// server's socket and what it sent after its AuthenticationOk; `None`
-/// when the client got a FATAL instead (counted as rejected or failed).
+/// A session's replica and its connection there.
+pub(super) struct Routed {
+    pub r: ReplicaId,
+    pub server: TcpStream,
+    /// What the server sent after its AuthenticationOk.
+    pub pending: BytesMut,
+    /// Where the connection goes back at the session's end, when it may.
+    pub origin: Option<Origin>,
+}
+
+/// Admission and the proxy's connection to the chosen replica (a kept one
+/// or a new login); `None` when the client got a FATAL instead (counted as
+/// rejected or failed).
 pub(super) async fn route(
     shared: &Shared,
     id: u32,
     client: &mut ClientStream,
     startup: &Startup,
     class: Class,
-) -> Option<(ReplicaId, TcpStream, BytesMut)> {
+) -> Option<Routed> {
     let asked = Instant::now();
     let r = match shared.admit(id, class).await {
         Ok(r) => r,
@@ -66,9 +79,9 @@ pub(super) async fn route(
         }
     };
     match connect(shared, r, startup).await {
-        Ok((server, pending)) => {
+        Ok((server, pending, origin)) => {
             shared.count(class, Some(r), SessionOutcome::Routed, asked.elapsed());
-            Some((r, server, pending))
+            Some(Routed { r, server, pending, origin })
         }
         Err(f) => {
             shared.count(class, Some(r), SessionOutcome::Failed, asked.elapsed());
@@ -103,6 +116,7 @@ pub(super) async fn finish(
     mut server: TcpStream,
     start: Start,
 ) {
+    let origin = s.origin.clone();
     let mut flow = Flow::new(shared.clone(), s, &start);
     let begun = if client.write_all(&start.to_client).await.is_err() {
         Err(End::Quiet)
@@ -118,12 +132,19 @@ pub(super) async fn finish(
                 if let Ok(tcp) = TcpStream::from_std(client) {
                     close(&flow, end, ClientStream::Plain(tcp), &held).await;
                 }
-                drop(server);
+                drop(flow);
+                if let (End::Reusable, Some(o), Ok(server)) = (end, origin, TcpStream::from_std(server)) {
+                    shared.pool.release(o, server, shared.server_connect_timeout).await;
+                }
             }
         }
         (Ok(()), mut client) => {
             let end = on_this_task(&mut flow, &mut client, &mut server).await;
             close(&flow, end, client, &[]).await;
+            drop(flow);
+            if let (End::Reusable, Some(o)) = (end, origin) {
+                shared.pool.release(o, server, shared.server_connect_timeout).await;
+            }
         }
     }
 }
@@ -135,6 +156,8 @@ pub(super) struct Session {
     pub class: Class,
     /// The client, for its allowance of protocol violations.
     pub who: Who,
+    /// Where its server connection goes back, when it may.
+    pub origin: Option<Origin>,
 }
 
 /// The server's startup parameters for a client: its database (or its
@@ -145,34 +168,67 @@ pub(super) fn server_startup(startup: &Startup) -> (String, Vec<(String, String)
     (database, rest)
 }
 
-/// Logs into replica `r` for the client: its database (or its user name,
-/// as PostgreSQL defaults it) and its other parameters.
-async fn connect(shared: &Shared, r: ReplicaId, startup: &Startup) -> Result<(TcpStream, BytesMut), Fatal> {
-    let (database, rest) = server_startup(startup);
-    let cfg = &shared.replicas[r.idx()];
+/// A connection to replica `r` for the client, on its database (or its
+/// user name, as PostgreSQL defaults it) with its other parameters: a kept
+/// one ([`super::server_pool`]), else a new login, read through its
+/// greeting. A server found full first closes the replica's kept
+/// connections, and is asked once more.
+async fn connect(
+    shared: &Shared,
+    r: ReplicaId,
+    startup: &Startup,
+) -> Result<(TcpStream, BytesMut, Option<Origin>), Fatal> {
+    let (database, params) = server_startup(startup);
+    let key = Key { r, database, params };
+    if let Some((server, greeting)) = shared.pool.take(&key, shared.server_connect_timeout).await {
+        let pending = BytesMut::from(&greeting[..]);
+        return Ok((server, pending, Some(Origin { key, greeting })));
+    }
     let began = shared.now();
+    let mut result = login(shared, &key).await;
+    if matches!(&result, Err(WireError::Server { code, .. }) if code == "53300") && shared.pool.purge(r) > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        result = login(shared, &key).await;
+    }
+    let (server, pending, used) = result.map_err(|e| login_failed(shared, r, began, e))?;
+    shared.pool.logins.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let origin = used.filter(|_| shared.pool.on()).map(|n| Origin { key, greeting: pending[..n].to_vec() });
+    Ok((server, pending, origin))
+}
+
+/// A new login to the replica `key` names, read through its greeting
+/// (its length, `None` when the server sent an error first), within the
+/// server connect timeout.
+async fn login(shared: &Shared, key: &Key) -> Result<(TcpStream, BytesMut, Option<usize>), WireError> {
+    let cfg = &shared.replicas[key.r.idx()];
     let limit = shared.server_connect_timeout;
-    let result = match tokio::time::timeout(limit, Conn::login(cfg, &database, &rest)).await {
-        Ok(r) => r,
-        Err(_) => Err(WireError::Timeout(limit)),
+    let login = async {
+        let (mut server, mut pending) = Conn::login(cfg, &key.database, &key.params).await?;
+        let used = read_greeting(&mut server, &mut pending).await?;
+        Ok::<_, WireError>((server, pending, used))
     };
-    result.map_err(|e| {
-        let why = match &e {
-            WireError::Io(_) | WireError::Closed => Some(ConnectError::Refused),
-            WireError::Timeout(_) => Some(ConnectError::Timeout),
-            WireError::Server { code, .. } if code == "53300" => Some(ConnectError::Full),
-            _ => None,
-        };
-        if let Some(why) = why {
-            let (_, asked) = shared.control(|ctl, now| ctl.c.connect_failed(r, why, now.max(began)));
-            shared.confirm(asked);
-        }
-        let f = match e {
-            WireError::Server { code, message, .. } => Fatal::new(server_code(&code), message),
-            other => Fatal::new("08006", format!("could not connect to replica {r}: {other}")),
-        };
-        Fatal { detail: Some(failed_on(r, why.unwrap_or(ConnectError::Refused))), ..f }
-    })
+    tokio::time::timeout(limit, login).await.unwrap_or(Err(WireError::Timeout(limit)))
+}
+
+/// A login to `r` begun at `began` (proxy time) failed with `e`: evidence
+/// for the controller when the replica refused, timed out or was full, and
+/// the client's FATAL.
+fn login_failed(shared: &Shared, r: ReplicaId, began: f64, e: WireError) -> Fatal {
+    let why = match &e {
+        WireError::Io(_) | WireError::Closed => Some(ConnectError::Refused),
+        WireError::Timeout(_) => Some(ConnectError::Timeout),
+        WireError::Server { code, .. } if code == "53300" => Some(ConnectError::Full),
+        _ => None,
+    };
+    if let Some(why) = why {
+        let (_, asked) = shared.control(|ctl, now| ctl.c.connect_failed(r, why, now.max(began)));
+        shared.confirm(asked);
+    }
+    let f = match e {
+        WireError::Server { code, message, .. } => Fatal::new(server_code(&code), message),
+        other => Fatal::new("08006", format!("could not connect to replica {r}: {other}")),
+    };
+    Fatal { detail: Some(failed_on(r, why.unwrap_or(ConnectError::Refused))), ..f }
 }
 
 /// A server's SQLSTATE as one of the codes the proxy passes on (the
@@ -215,25 +271,81 @@ pub(super) struct Flow {
     told: bool,
     /// When the relay began (proxy time, s).
     began: f64,
+    /// The server's connection may be kept for another session.
+    reuse: bool,
+    /// ReadyForQuery messages the server sent before the relay began (its
+    /// greeting's), which answered none of the client's asks.
+    greeted: u64,
+    /// The client's Terminate was withheld from an idle server.
+    withheld: bool,
 }
 
 impl Flow {
     fn new(shared: Arc<Shared>, s: Session, start: &Start) -> Flow {
         let upstream = if shared.rule.reads_application_name() { Framing::watching() } else { Framing::new() };
         let began = shared.now();
-        let mut flow = Flow { shared, s, framing: Framing::new(), upstream, registered: start.key, told: false, began };
+        let reuse = s.origin.is_some();
+        let mut flow = Flow {
+            shared,
+            s,
+            framing: Framing::new(),
+            upstream,
+            registered: start.key,
+            told: false,
+            began,
+            reuse,
+            greeted: 0,
+            withheld: false,
+        };
         flow.server_sent(&start.seen);
+        flow.greeted = flow.framing.readies;
         flow.client_sent(&start.to_server);
         flow
     }
+
+    /// Whether the client's Terminate, the whole of what it just sent, may
+    /// be withheld: every Query, Sync and FunctionCall it sent is
+    /// answered, nothing is sent after them, and the server is idle
+    /// outside a transaction, so the connection can serve another session.
+    fn may_withhold(&self, bytes: &[u8]) -> bool {
+        let (up, down) = (&self.upstream, &self.framing);
+        self.reuse
+            && bytes.ends_with(&TERMINATE)
+            && up.at_boundary()
+            && !up.unsynced
+            && down.at_boundary()
+            && down.status == b'I'
+            && down.readies - self.greeted == up.asks
+    }
 }
 
+/// A Terminate message.
+const TERMINATE: [u8; 5] = [b'X', 0, 0, 0, 4];
+
 impl Follow for Flow {
-    /// Follows bytes the client sent.
-    fn client_sent(&mut self, bytes: &[u8]) {
+    /// Follows bytes the client sent; withholds a Terminate at their end
+    /// when the server may serve another session ([`Flow::may_withhold`]).
+    fn client_sent(&mut self, bytes: &[u8]) -> usize {
+        let terminated = self.upstream.terminated;
         self.upstream.feed(bytes);
         if let Some(v) = self.upstream.named.take() {
             self.told = self.told || self.shared.named_after_routing(self.s.id, self.s.r, self.s.class, &v);
+        }
+        if !terminated && self.upstream.terminated && self.may_withhold(bytes) {
+            self.withheld = true;
+            return bytes.len() - TERMINATE.len();
+        }
+        bytes.len()
+    }
+
+    /// The client closed its side, or its Terminate was withheld (then
+    /// the session ends at once, the proxy closing the client's side, and
+    /// the server's connection may serve another session).
+    fn client_closed(&self) -> End {
+        if self.withheld {
+            End::Reusable
+        } else {
+            End::Quiet
         }
     }
 
@@ -285,12 +397,15 @@ async fn on_this_task(flow: &mut Flow, client: &mut ClientStream, server: &mut T
             biased;
             n = client.read(&mut cbuf) => match n {
                 Ok(n) if n > 0 => {
-                    flow.client_sent(&cbuf[..n]);
-                    if server.write_all(&cbuf[..n]).await.is_err() {
+                    let keep = flow.client_sent(&cbuf[..n]);
+                    if server.write_all(&cbuf[..keep]).await.is_err() {
                         return last_words(flow, client, server, &mut sbuf).await;
                     }
+                    if flow.withheld {
+                        return End::Reusable;
+                    }
                 }
-                _ => return End::Quiet,
+                _ => return flow.client_closed(),
             },
             n = server.read(&mut sbuf) => match n {
                 Ok(n) if n > 0 => {
@@ -335,7 +450,7 @@ async fn last_words(flow: &mut Flow, client: &mut ClientStream, server: &mut Tcp
 async fn close(flow: &Flow, end: End, mut client: ClientStream, held: &[u8]) {
     let shared = &flow.shared;
     let fatal = match end {
-        End::Quiet => None,
+        End::Quiet | End::Reusable => None,
         End::Ended(code) => {
             shared.server_ended(&flow.s.who, Some(code));
             None

@@ -1,5 +1,5 @@
-//! The server side of SCRAM-SHA-256 (RFC 5802, RFC 7677) as PostgreSQL
-//! speaks it ([proxy](docs/proxy.md)): the proxy authenticates its clients itself, as
+//! The server side of SCRAM-SHA-256 (RFC 5802, RFC 7677; the primitives
+//! and the client side are `crate::scram`) as PostgreSQL speaks it ([proxy](docs/proxy.md)): the proxy authenticates its clients itself, as
 //! PgBouncer and PgCat do, against secrets from a users file. A secret is
 //! either PostgreSQL's stored form (`SCRAM-SHA-256$<iterations>:<salt>$
 //! <StoredKey>:<ServerKey>`, what `pg_authid.rolpassword` holds) or a
@@ -10,11 +10,10 @@
 //! a made-up secret and fails like a wrong password, as PostgreSQL does,
 //! so the proxy does not tell which users exist.
 
+use crate::scram::{hmac, salted_password, sha256};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
-use hmac::{Hmac, KeyInit, Mac};
 use rand::RngCore;
-use sha2::{Digest, Sha256};
 use std::fmt;
 
 /// PostgreSQL's default `scram_iterations`.
@@ -35,29 +34,6 @@ impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Secret(SCRAM-SHA-256, {} iterations)", self.iterations)
     }
-}
-
-fn hmac(key: &[u8], data: &[u8]) -> [u8; 32] {
-    let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC takes any key length");
-    m.update(data);
-    m.finalize().into_bytes().into()
-}
-
-fn sha256(data: &[u8]) -> [u8; 32] {
-    Sha256::digest(data).into()
-}
-
-/// `Hi()` of RFC 5802: PBKDF2 with HMAC-SHA-256 and one block.
-fn salted_password(password: &[u8], salt: &[u8], iterations: u32) -> [u8; 32] {
-    let mut first = salt.to_vec();
-    first.extend(1u32.to_be_bytes());
-    let mut u = hmac(password, &first);
-    let mut out = u;
-    for _ in 1..iterations {
-        u = hmac(password, &u);
-        out.iter_mut().zip(u).for_each(|(o, b)| *o ^= b);
-    }
-    out
 }
 
 impl Secret {
@@ -246,6 +222,29 @@ mod tests {
         assert_eq!(exchange(Some(&secret), "s3cret"), Ok(()));
         assert_eq!(exchange(Some(&secret), "s3cre"), Err(ScramError::Failed));
         assert_eq!(exchange(None, ""), Err(ScramError::Failed), "an unknown user fails even with an empty password");
+    }
+
+    /// Our own client (`crate::scram`, what the proxy and `bench` log into
+    /// servers with) against the server side, the key derived and then kept.
+    #[test]
+    fn our_client_logs_in_and_then_logs_in_again_from_the_kept_key() {
+        let secret = Secret::parse("s3cret").unwrap();
+        for round in 0..2 {
+            let (client, first) = crate::scram::Client::start();
+            let (ex, server_first) = Exchange::start(Some(&secret), first.as_bytes(), &nonce()).unwrap();
+            let kept = client.kept_salt(b"s3cret", &server_first).unwrap();
+            assert_eq!(kept.is_some(), round == 1, "round {round}: derived once, then kept");
+            let (salt, i) = client.salt_of(&server_first).unwrap();
+            let salted = kept.unwrap_or_else(|| salted_password(b"s3cret", &salt, i));
+            let (sent, last) = client.finish_with(b"s3cret", &server_first, salted).unwrap();
+            let server_final = ex.finish(last.as_bytes()).expect("the proof is accepted");
+            assert_eq!(sent.verify(&server_final), Ok(()));
+        }
+        let (client, first) = crate::scram::Client::start();
+        let (ex, server_first) = Exchange::start(Some(&secret), first.as_bytes(), &nonce()).unwrap();
+        let (salt, i) = client.salt_of(&server_first).unwrap();
+        let (_, last) = client.finish_with(b"wrong", &server_first, salted_password(b"wrong", &salt, i)).unwrap();
+        assert_eq!(ex.finish(last.as_bytes()), Err(ScramError::Failed));
     }
 
     #[test]

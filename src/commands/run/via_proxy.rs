@@ -57,12 +57,14 @@ pub(crate) fn dsn(cfg: &tokio_postgres::Config) -> String {
 /// `ip`), the cluster's replicas, the class rule on application_name,
 /// trust (the clients are the run's own), and the workload's login
 /// deadline on the replica (the proxy's longest, an hour, when the
-/// workload waits without one, as `paper` does).
+/// workload waits without one, as `paper` does), and no kept server
+/// connections: every session of the run logs into its replica, as in a
+/// run without the proxy, so both measure the same workload.
 fn config_text(cluster: &Cluster, w: &Workload, ip: std::net::IpAddr) -> String {
     let dsns: Vec<String> = (0..cluster.replicas()).map(|r| dsn(&cluster.config(r))).collect();
     let connect_s = w.client.login_deadline_s().unwrap_or(crate::proxy::config::MAX_DEADLINE_S);
     format!(
-        "listen = \"{}\"\ndsns = {}\ndrain_s = 1\nserver_connect_timeout_s = {connect_s}\n\n[class]\nparam = \"application_name\"\npremium_prefix = \"{PREMIUM_APP}\"\n",
+        "listen = \"{}\"\ndsns = {}\ndrain_s = 1\nserver_connect_timeout_s = {connect_s}\nserver_pool = 0\n\n[class]\nparam = \"application_name\"\npremium_prefix = \"{PREMIUM_APP}\"\n",
         std::net::SocketAddr::new(ip, 0),
         toml_list(&dsns)
     )

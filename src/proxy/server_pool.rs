@@ -1,0 +1,386 @@
+//! Server connections kept for later sessions
+//! ([proxy](docs/proxy.md#server-connections-reused)): a login to a
+//! replica costs it a new backend process and the proxy a SCRAM key
+//! derivation, which made a connection-per-transaction client (`pgbench
+//! -C`) cost the proxy several times PgBouncer's CPU. PLB still picks the
+//! replica at every session's start; what is reused is only the
+//! connection to the replica it picked.
+//!
+//! A session's server connection comes back here when its client said
+//! Terminate with the server idle (`relay` withholds that Terminate, see
+//! [`super::framing::Framing::asks`]); it is reset with `DISCARD ALL`, as
+//! PgBouncer's `server_reset_query` does, named `plbbench proxy: kept`
+//! ([`RELEASE`]; `pg_stat_activity` tells it from a session's), and kept under the
+//! replica, the database and the client's other startup parameters (the
+//! server's session defaults), with the greeting its login sent
+//! (ParameterStatus, BackendKeyData, ReadyForQuery), replayed to the next
+//! client as if it had logged in. Before it is handed out its name is
+//! reset to the startup one, which checks it too (a peer that closed or
+//! spoke is dropped first). It is closed after the idle timeout, and every
+//! one of a replica is closed when the controller stops holding the
+//! replica healthy, when its role changes (its kept connections were for
+//! the classes the old role served), or when a login to it finds the
+//! server full.
+
+use super::late_class;
+use crate::core::model::{ReplicaId, Role};
+use bytes::BytesMut;
+use std::collections::HashMap;
+use std::io::ErrorKind;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// What a kept connection must match: the replica, the database and the
+/// other startup parameters of the login that opened it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct Key {
+    pub r: ReplicaId,
+    pub database: String,
+    pub params: Vec<(String, String)>,
+}
+
+/// Where a session's server connection came from: what it is kept under,
+/// and the greeting its login sent.
+#[derive(Clone, Debug)]
+pub(super) struct Origin {
+    pub key: Key,
+    pub greeting: Vec<u8>,
+}
+
+/// One connection kept idle.
+struct Idle {
+    stream: std::net::TcpStream,
+    greeting: Vec<u8>,
+    since: Instant,
+}
+
+/// The kept connections, and how many logins they saved.
+pub(super) struct ServerPool {
+    /// Connections kept per replica at most; 0 keeps none.
+    per_replica: usize,
+    /// A connection idle this long is closed.
+    idle_timeout: Duration,
+    idle: Mutex<HashMap<Key, Vec<Idle>>>,
+    /// Each replica's role when [`ServerPool::expire`] last looked.
+    roles: Mutex<Vec<Role>>,
+    /// Sessions given a kept connection, and logins made.
+    pub reused: AtomicU64,
+    pub logins: AtomicU64,
+}
+
+/// What a connection that comes back is told: reset, then named as kept
+/// (its `application_name` while it waits is `plbbench proxy: kept`).
+const RELEASE: [&str; 2] = ["DISCARD ALL", "SET application_name = 'plbbench proxy: kept'"];
+
+/// What a kept connection is told before it serves a session: its startup
+/// name again.
+const RESUME: [&str; 1] = ["RESET application_name"];
+
+impl ServerPool {
+    pub fn new(per_replica: usize, idle_timeout: Duration) -> ServerPool {
+        ServerPool {
+            per_replica,
+            idle_timeout,
+            idle: Mutex::new(HashMap::new()),
+            roles: Mutex::new(Vec::new()),
+            reused: AtomicU64::new(0),
+            logins: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether connections are kept at all.
+    pub fn on(&self) -> bool {
+        self.per_replica > 0
+    }
+
+    /// The newest kept connection for `key` that is still open and silent
+    /// and answers its [`RESUME`] within `limit`, with its greeting; older
+    /// or broken ones met on the way are closed.
+    pub async fn take(&self, key: &Key, limit: Duration) -> Option<(TcpStream, Vec<u8>)> {
+        while let Some(c) = self.pop(key) {
+            let Ok(mut stream) = TcpStream::from_std(c.stream) else { continue };
+            if let Ok(true) = tokio::time::timeout(limit, ask(&mut stream, &RESUME)).await {
+                self.reused.fetch_add(1, Ordering::Relaxed);
+                return Some((stream, c.greeting));
+            }
+        }
+        None
+    }
+
+    /// The newest kept connection for `key` not past its idle time whose
+    /// peer is open and silent; the others met on the way are closed.
+    fn pop(&self, key: &Key) -> Option<Idle> {
+        let mut idle = self.idle.lock().expect("server pool lock");
+        let kept = idle.get_mut(key)?;
+        while let Some(c) = kept.pop() {
+            if c.since.elapsed() < self.idle_timeout && silent(&c.stream) {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    /// Closes every kept connection of `r`; how many there were.
+    pub fn purge(&self, r: ReplicaId) -> usize {
+        let mut idle = self.idle.lock().expect("server pool lock");
+        let mut closed = 0;
+        idle.retain(|k, v| {
+            let of_r = k.r == r;
+            closed += if of_r { v.len() } else { 0 };
+            !of_r
+        });
+        closed
+    }
+
+    /// Closes connections past the idle timeout, and every one of a
+    /// replica that `now` (each replica's health and role) says is no
+    /// longer healthy or has changed role since the last call.
+    pub fn expire(&self, now: &[(bool, Role)]) {
+        let mut roles = self.roles.lock().expect("server pool lock");
+        let changed =
+            |r: ReplicaId| roles.get(r.idx()).is_some_and(|&was| now.get(r.idx()).is_some_and(|n| n.1 != was));
+        let keeps = |r: ReplicaId| now.get(r.idx()).is_some_and(|n| n.0) && !changed(r);
+        let mut idle = self.idle.lock().expect("server pool lock");
+        idle.retain(|k, v| {
+            v.retain(|c| c.since.elapsed() < self.idle_timeout);
+            keeps(k.r) && !v.is_empty()
+        });
+        *roles = now.iter().map(|n| n.1).collect();
+    }
+
+    /// A session's connection back from a client that left with the
+    /// server idle: told [`RELEASE`] within `limit` and kept, unless the
+    /// replica already keeps its share or that fails (then it is closed).
+    pub async fn release(&self, origin: Origin, mut server: TcpStream, limit: Duration) {
+        let room = |idle: &HashMap<Key, Vec<Idle>>| {
+            idle.iter().filter(|(k, _)| k.r == origin.key.r).map(|(_, v)| v.len()).sum::<usize>() < self.per_replica
+        };
+        if !room(&self.idle.lock().expect("server pool lock")) {
+            return;
+        }
+        if !matches!(tokio::time::timeout(limit, ask(&mut server, &RELEASE)).await, Ok(true)) {
+            return;
+        }
+        let Ok(stream) = server.into_std() else { return };
+        let mut idle = self.idle.lock().expect("server pool lock");
+        if room(&idle) {
+            let c = Idle { stream, greeting: origin.greeting, since: Instant::now() };
+            idle.entry(origin.key).or_default().push(c);
+        }
+    }
+}
+
+/// Whether a kept connection's peer has neither closed nor said anything
+/// (a server that is shutting down, or closed an idle session, speaks
+/// first).
+fn silent(stream: &std::net::TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    matches!(stream.peek(&mut b), Err(e) if e.kind() == ErrorKind::WouldBlock)
+}
+
+/// A Query message of `sql`.
+fn query(sql: &str) -> Vec<u8> {
+    let mut m = vec![b'Q'];
+    m.extend(((4 + sql.len() + 1) as u32).to_be_bytes());
+    m.extend(sql.as_bytes());
+    m.push(0);
+    m
+}
+
+/// Sends each of `sqls` as a Query at once and reads their answers: true
+/// when none failed and the last left the server idle outside a
+/// transaction, with nothing after it.
+async fn ask(server: &mut TcpStream, sqls: &[&str]) -> bool {
+    let sent: Vec<u8> = sqls.iter().flat_map(|s| query(s)).collect();
+    if server.write_all(&sent).await.is_err() {
+        return false;
+    }
+    let (mut buf, mut status) = (BytesMut::with_capacity(256), 0);
+    for _ in sqls {
+        let g = loop {
+            if let Some(g) = late_class::greeting(&buf) {
+                break g;
+            }
+            match server.read_buf(&mut buf).await {
+                Ok(n) if n > 0 && buf.len() <= 1 << 16 => {}
+                _ => return false,
+            }
+        };
+        if g.error.is_some() {
+            return false;
+        }
+        status = buf[g.used - 1];
+        let _ = buf.split_to(g.used);
+    }
+    buf.is_empty() && status == b'I'
+}
+
+/// Reads the server's greeting after AuthenticationOk into `buf` (which
+/// may hold part of it): its length through its ReadyForQuery, or `None`
+/// when the server sent an ErrorResponse first (its FATAL on a database
+/// that does not exist, say, which the client is to get as it is).
+pub(super) async fn read_greeting(server: &mut TcpStream, buf: &mut BytesMut) -> std::io::Result<Option<usize>> {
+    loop {
+        let mut at = 0;
+        while let Some((tag, len)) = late_class::message_len(&buf[at..]) {
+            if buf.len() < at + len {
+                break;
+            }
+            at += len;
+            match tag {
+                b'Z' => return Ok(Some(at)),
+                b'E' => return Ok(None),
+                _ => {}
+            }
+        }
+        buf.reserve(1024);
+        if server.read_buf(buf).await? == 0 {
+            return Err(ErrorKind::UnexpectedEof.into());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    fn key(r: usize) -> Key {
+        Key { r: ReplicaId(r), database: "bench".into(), params: vec![("application_name".into(), "premium".into())] }
+    }
+
+    /// A connected pair of sockets on 127.0.0.1: (ours, the peer's).
+    fn pair() -> (std::net::TcpStream, std::net::TcpStream) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let ours = std::net::TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        let (peer, _) = l.accept().expect("accept");
+        ours.set_nonblocking(true).expect("nonblocking");
+        (ours, peer)
+    }
+
+    fn keep(pool: &ServerPool, k: Key, stream: std::net::TcpStream) {
+        let c = Idle { stream, greeting: b"Z\0\0\0\x05I".to_vec(), since: Instant::now() };
+        pool.idle.lock().unwrap().entry(k).or_default().push(c);
+    }
+
+    /// A server's answer to one Query: CommandComplete `tag`, then
+    /// ReadyForQuery with `status`.
+    fn done(tag: &str, status: u8) -> Vec<u8> {
+        let mut m = vec![b'C'];
+        m.extend(((4 + tag.len() + 1) as u32).to_be_bytes());
+        m.extend(tag.as_bytes());
+        m.extend([0, b'Z', 0, 0, 0, 5, status]);
+        m
+    }
+
+    /// A peer that reads exactly the Queries `sqls` and then says `answer`.
+    fn answers(
+        mut peer: std::net::TcpStream,
+        sqls: &'static [&'static str],
+        answer: Vec<u8>,
+    ) -> std::thread::JoinHandle<std::net::TcpStream> {
+        std::thread::spawn(move || {
+            let want: Vec<u8> = sqls.iter().flat_map(|s| query(s)).collect();
+            let mut got = vec![0u8; want.len()];
+            peer.read_exact(&mut got).unwrap();
+            assert_eq!(got, want, "the Queries, framed");
+            peer.write_all(&answer).unwrap();
+            peer
+        })
+    }
+
+    #[test]
+    fn only_an_open_silent_connection_within_its_idle_time_is_taken() {
+        let pool = ServerPool::new(4, Duration::from_secs(60));
+        let (a, _a_peer) = pair();
+        let (b, b_peer) = pair();
+        let (c, mut c_peer) = pair();
+        keep(&pool, key(0), a);
+        keep(&pool, key(0), b);
+        keep(&pool, key(0), c);
+        drop(b_peer);
+        c_peer.write_all(b"E").unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(pool.pop(&key(0)).is_some(), "the open, silent one");
+        assert!(pool.pop(&key(0)).is_none(), "the closed and the speaking ones were dropped");
+        let (d, _d_peer) = pair();
+        keep(&pool, key(1), d);
+        assert!(pool.pop(&Key { database: "other".into(), ..key(1) }).is_none(), "another database");
+        let short = ServerPool::new(4, Duration::from_millis(30));
+        let (e, _e_peer) = pair();
+        keep(&short, key(0), e);
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(short.pop(&key(0)).is_none(), "idle past the timeout");
+    }
+
+    #[test]
+    fn a_replica_no_longer_healthy_or_purged_keeps_nothing() {
+        let pool = ServerPool::new(4, Duration::from_secs(60));
+        let peers: Vec<_> = (0..3)
+            .map(|r| {
+                let (s, peer) = pair();
+                keep(&pool, key(r), s);
+                peer
+            })
+            .collect();
+        let (p, f) = (Role::P, Role::F);
+        pool.expire(&[(true, p), (false, p), (true, f), (true, f)]);
+        assert!(pool.pop(&key(1)).is_none(), "r2 is not healthy");
+        assert_eq!(pool.purge(ReplicaId(2)), 1);
+        assert!(pool.pop(&key(2)).is_none(), "r3 purged");
+        let (s, _peer) = pair();
+        keep(&pool, key(3), s);
+        pool.expire(&[(true, p), (true, p), (true, f), (true, p)]);
+        assert!(pool.pop(&key(3)).is_none(), "r4 changed role");
+        assert!(pool.pop(&key(0)).is_some(), "r1 kept");
+        drop(peers);
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_kept_only_when_its_reset_succeeds_and_resumes_its_name() {
+        let kept_ok = [done("DISCARD ALL", b'I'), done("SET", b'I')].concat();
+        for (answer, kept) in [
+            (kept_ok.clone(), true),
+            ([b"E\0\0\0\x05\0Z\0\0\0\x05I".to_vec(), done("SET", b'I')].concat(), false),
+            ([done("DISCARD ALL", b'I'), done("SET", b'T')].concat(), false),
+            ([kept_ok.clone(), b"N".to_vec()].concat(), false),
+        ] {
+            let pool = ServerPool::new(1, Duration::from_secs(60));
+            let (ours, peer) = pair();
+            let answering = answers(peer, &RELEASE, answer);
+            let origin = Origin { key: key(0), greeting: b"greeting".to_vec() };
+            pool.release(origin, TcpStream::from_std(ours).unwrap(), Duration::from_secs(5)).await;
+            let peer = answering.join().unwrap();
+            let idle = pool.idle.lock().unwrap().get(&key(0)).map_or(0, Vec::len);
+            assert_eq!(idle, usize::from(kept));
+            if kept {
+                let resuming = answers(peer, &RESUME, done("RESET", b'I'));
+                let (_, greeting) = pool.take(&key(0), Duration::from_secs(5)).await.expect("taken");
+                assert_eq!(greeting, b"greeting");
+                assert_eq!(pool.reused.load(Ordering::Relaxed), 1);
+                drop(resuming.join().unwrap());
+            }
+        }
+        let pool = ServerPool::new(1, Duration::from_secs(60));
+        let (ours, peer) = pair();
+        let answering = answers(peer, &RELEASE, kept_ok);
+        pool.release(
+            Origin { key: key(0), greeting: vec![] },
+            TcpStream::from_std(ours).unwrap(),
+            Duration::from_secs(5),
+        )
+        .await;
+        let _peer = answering.join().unwrap();
+        let (ours, _peer) = pair();
+        pool.release(
+            Origin { key: key(0), greeting: vec![] },
+            TcpStream::from_std(ours).unwrap(),
+            Duration::from_millis(200),
+        )
+        .await;
+        assert_eq!(pool.idle.lock().unwrap().get(&key(0)).map_or(0, Vec::len), 1, "one per replica at most");
+    }
+}
