@@ -116,7 +116,6 @@ pub(super) async fn finish(
     mut server: TcpStream,
     start: Start,
 ) {
-    let origin = s.origin.clone();
     let mut flow = Flow::new(shared.clone(), s, &start);
     let begun = if client.write_all(&start.to_client).await.is_err() {
         Err(End::Quiet)
@@ -128,19 +127,23 @@ pub(super) async fn finish(
     match (begun, client) {
         (Err(end), client) => close(&flow, end, client, &[]).await,
         (Ok(()), ClientStream::Plain(tcp)) => {
-            if let Some(Back { end, flow, client, server, held }) = shared.pumps.relay(tcp, server, flow).await {
+            if let Some(Back { end, mut flow, client, server, held }) = shared.pumps.relay(tcp, server, flow).await {
                 if let Ok(tcp) = TcpStream::from_std(client) {
                     close(&flow, end, ClientStream::Plain(tcp), &held).await;
                 }
+                let origin = flow.s.origin.take();
                 drop(flow);
-                if let (End::Reusable, Some(o), Ok(server)) = (end, origin, TcpStream::from_std(server)) {
-                    shared.pool.release(o, server, shared.server_connect_timeout).await;
+                if let (End::Reusable, Some(o)) = (end, origin) {
+                    if let Ok(server) = TcpStream::from_std(server) {
+                        shared.pool.release(o, server, shared.server_connect_timeout).await;
+                    }
                 }
             }
         }
         (Ok(()), mut client) => {
             let end = on_this_task(&mut flow, &mut client, &mut server).await;
             close(&flow, end, client, &[]).await;
+            let origin = flow.s.origin.take();
             drop(flow);
             if let (End::Reusable, Some(o)) = (end, origin) {
                 shared.pool.release(o, server, shared.server_connect_timeout).await;
@@ -271,8 +274,6 @@ pub(super) struct Flow {
     told: bool,
     /// When the relay began (proxy time, s).
     began: f64,
-    /// The server's connection may be kept for another session.
-    reuse: bool,
     /// ReadyForQuery messages the server sent before the relay began (its
     /// greeting's), which answered none of the client's asks.
     greeted: u64,
@@ -284,7 +285,6 @@ impl Flow {
     fn new(shared: Arc<Shared>, s: Session, start: &Start) -> Flow {
         let upstream = if shared.rule.reads_application_name() { Framing::watching() } else { Framing::new() };
         let began = shared.now();
-        let reuse = s.origin.is_some();
         let mut flow = Flow {
             shared,
             s,
@@ -293,7 +293,6 @@ impl Flow {
             registered: start.key,
             told: false,
             began,
-            reuse,
             greeted: 0,
             withheld: false,
         };
@@ -309,7 +308,7 @@ impl Flow {
     /// outside a transaction, so the connection can serve another session.
     fn may_withhold(&self, bytes: &[u8]) -> bool {
         let (up, down) = (&self.upstream, &self.framing);
-        self.reuse
+        self.s.origin.is_some()
             && bytes.ends_with(&TERMINATE)
             && up.at_boundary()
             && !up.unsynced
