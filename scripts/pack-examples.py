@@ -6,15 +6,18 @@
   opens (compare, archive, agreement and experiment resume read
   summary.json, phases.csv and experiment.json), become .csv.gz;
 - a report.html that no markdown file links becomes report.html.gz
-  (`gunzip -k` it to view);
+  (`gunzip -k` it to view), except a run's page inside an experiment
+  (runs/NAME/report.html), which is dropped: the experiment's own
+  report.html draws every run, and the run's numbers all stay in its
+  summary.json, phases.csv, events.csv and the two .csv.gz series;
 - a figure (figures/*.svg) that no page links becomes .svg.gz: an
   experiment's report.html holds its figures inline, so the files beside
   it are copies for papers (a map's map.html links its figures: those stay);
 - a JSON file over 32 KB written pretty-printed is rewritten compact
   (the same values; every reader parses it the same).
 
-Every change is lossless: `gunzip` gives back the byte-identical file and
-the JSON parses to the same value. Folders given as arguments are packed
+Every change but the dropped run pages is lossless: `gunzip` gives back
+the byte-identical file and the JSON parses to the same value. Folders given as arguments are packed
 (default: every folder under reports/examples/). An experiment that is
 still running must be left out; one interrupted between runs may be
 packed, since resuming it reads only its runs' summary.json.
@@ -56,6 +59,19 @@ def gz(path, dry):
     return len(data) - len(packed)
 
 
+def run_page(path):
+    """Whether path is a run's page inside an experiment (runs/NAME/report.html[.gz])."""
+    parts = path.split(os.sep)
+    return parts[-1] in ("report.html", "report.html.gz") and len(parts) >= 3 and parts[-3] == "runs"
+
+
+def drop(path, dry):
+    size = os.path.getsize(path)
+    if not dry:
+        os.remove(path)
+    return size
+
+
 def compact(path, dry):
     text = open(path, encoding="utf-8").read()
     if "\n  " not in text:
@@ -80,7 +96,9 @@ def main(args):
         for dirpath, _, names in os.walk(folder):
             for n in names:
                 p = os.path.abspath(os.path.join(dirpath, n))
-                if n in GZIP or (n == "report.html" and p not in keep) or (n.endswith(".svg") and not shown(p)):
+                if run_page(p) and p not in keep:
+                    saved += drop(p, dry)
+                elif n in GZIP or (n == "report.html" and p not in keep) or (n.endswith(".svg") and not shown(p)):
                     saved += gz(p, dry)
                 elif n.endswith(".json") and os.path.getsize(p) > 4 * 1024:
                     saved += compact(p, dry)
