@@ -106,42 +106,50 @@ impl Client {
         (Client { nonce: nonce.to_string(), first_bare }, message)
     }
 
-    /// What the server's first message (`r=<nonce>,s=<salt>,i=<iterations>`)
-    /// asks for: the salt and the iteration count, checked.
-    pub fn salt_of(&self, server_first: &str) -> Result<(Vec<u8>, u32), ClientError> {
+    /// The server's first message (`r=<nonce>,s=<salt>,i=<iterations>`),
+    /// parsed once and checked: its nonce must extend ours.
+    pub fn challenge(&self, server_first: &str) -> Result<Challenge, ClientError> {
         let (nonce, salt, iterations) = parse_first(server_first)?;
         if !nonce.starts_with(&self.nonce) || nonce.len() == self.nonce.len() {
             return Err(ClientError::Malformed("the server's nonce does not extend ours"));
         }
-        Ok((salt, iterations))
-    }
-
-    /// The salted password for `server_first`, if it is kept; else the
-    /// caller derives it with [`salted_password`] (off its event loop) and
-    /// hands it to [`Client::finish_with`], which keeps it.
-    pub fn kept_salt(&self, password: &[u8], server_first: &str) -> Result<Option<[u8; 32]>, ClientError> {
-        let (salt, iterations) = self.salt_of(server_first)?;
-        Ok(kept(password, &salt, iterations))
+        Ok(Challenge { text: server_first.to_string(), nonce: nonce.to_string(), salt, iterations })
     }
 
     /// The client's final message (`c=biws,r=<nonce>,p=<proof>`) for the
-    /// server's first message, with the salted password.
-    pub fn finish_with(
-        self,
-        password: &[u8],
-        server_first: &str,
-        salted: [u8; 32],
-    ) -> Result<(Sent, String), ClientError> {
-        let (salt, iterations) = self.salt_of(server_first)?;
-        let (nonce, _, _) = parse_first(server_first)?;
-        keep(password, &salt, iterations, salted);
-        let without_proof = format!("c=biws,r={nonce}");
-        let auth = format!("{},{server_first},{without_proof}", self.first_bare);
+    /// server's challenge, with the salted password, which is kept.
+    pub fn finish_with(self, password: &[u8], challenge: &Challenge, salted: [u8; 32]) -> (Sent, String) {
+        keep(password, &challenge.salt, challenge.iterations, salted);
+        let without_proof = format!("c=biws,r={}", challenge.nonce);
+        let auth = format!("{},{},{without_proof}", self.first_bare, challenge.text);
         let client_key = hmac(&salted, b"Client Key");
         let mut proof = hmac(&sha256(&client_key), auth.as_bytes());
         proof.iter_mut().zip(client_key).for_each(|(p, k)| *p ^= k);
         let signature = hmac(&hmac(&salted, b"Server Key"), auth.as_bytes());
-        Ok((Sent { signature }, format!("{without_proof},p={}", B64.encode(proof))))
+        (Sent { signature }, format!("{without_proof},p={}", B64.encode(proof)))
+    }
+}
+
+/// A server's first message, parsed and checked by [`Client::challenge`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Challenge {
+    text: String,
+    nonce: String,
+    salt: Vec<u8>,
+    iterations: u32,
+}
+
+impl Challenge {
+    /// The salted password for this challenge, if it is kept; else the
+    /// caller derives it with [`Challenge::derive`] (off its event loop) and
+    /// hands it to [`Client::finish_with`], which keeps it.
+    pub fn kept(&self, password: &[u8]) -> Option<[u8; 32]> {
+        kept(password, &self.salt, self.iterations)
+    }
+
+    /// Derives the salted password (`Hi()`: the whole CPU cost of a login).
+    pub fn derive(&self, password: &[u8]) -> [u8; 32] {
+        salted_password(password, &self.salt, self.iterations)
     }
 }
 
@@ -181,9 +189,9 @@ mod tests {
         let (client, first) = Client::with_nonce("user", "rOprNGfwEbeRWgbNEkqO");
         assert_eq!(first, "n,,n=user,r=rOprNGfwEbeRWgbNEkqO");
         let server_first = "r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
-        let (salt, i) = client.salt_of(server_first).unwrap();
-        let salted = salted_password(b"pencil", &salt, i);
-        let (sent, last) = client.finish_with(b"pencil", server_first, salted).unwrap();
+        let challenge = client.challenge(server_first).unwrap();
+        let salted = challenge.derive(b"pencil");
+        let (sent, last) = client.finish_with(b"pencil", &challenge, salted);
         assert_eq!(
             last,
             "c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
@@ -191,16 +199,18 @@ mod tests {
         assert_eq!(sent.verify("v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="), Ok(()));
         assert_eq!(sent.verify("v=AAAATRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="), Err(ClientError::BadServer));
         let (again, _) = Client::with_nonce("user", "rOprNGfwEbeRWgbNEkqO");
-        assert_eq!(again.kept_salt(b"pencil", server_first).unwrap(), Some(salted), "kept after the first login");
-        assert_eq!(again.kept_salt(b"pencils", server_first).unwrap(), None, "another password");
+        let challenge = again.challenge(server_first).unwrap();
+        assert_eq!(challenge.kept(b"pencil"), Some(salted), "kept after the first login");
+        assert_eq!(challenge.kept(b"pencils"), None, "another password");
     }
 
     #[test]
     fn a_server_first_message_that_is_not_scram_is_refused() {
         let (client, _) = Client::with_nonce("", "abc");
         for bad in ["r=abc,s=AAAA,i=4096", "r=xyzdef,s=AAAA,i=4096", "r=abcdef,i=4096", "r=abcdef,s=AAAA,i=0", ""] {
-            assert!(client.salt_of(bad).is_err(), "{bad}");
+            assert!(client.challenge(bad).is_err(), "{bad}");
         }
-        assert_eq!(client.salt_of("r=abcdef,s=AAAA,i=10").unwrap(), (vec![0, 0, 0], 10));
+        let c = client.challenge("r=abcdef,s=AAAA,i=10").unwrap();
+        assert_eq!((c.nonce.as_str(), c.salt.as_slice(), c.iterations), ("abcdef", &[0u8, 0, 0][..], 10));
     }
 }

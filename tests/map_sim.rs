@@ -71,7 +71,7 @@ fn bad_axes_are_refused_in_one_line_before_any_run() {
     let dir = tmp("bad");
     let out = dir.to_str().unwrap();
     for (vary, want) in [
-        ("colour=red", "plbbench: error: --vary: unknown parameter `colour` (keys: think_ms, queries, T, load)"),
+        ("colour=red", "plbbench: error: --vary: unknown parameter `colour` (keys: think_ms, queries, T, load, routers, refresh_ms)"),
         ("think_ms=", "plbbench: error: --vary think_ms: names no value"),
         ("load=open", "plbbench: error: --vary load: `open` must be `closed` or a positive fraction of the CPU budget"),
         (

@@ -61,6 +61,8 @@ pub struct SimOutcome {
     /// Why the run stopped early, when its clock stopped advancing
     /// ([`guard`]); its books end there.
     pub stalled: Option<String>,
+    /// What a tier of routers' stale counts did (`--routers`).
+    pub tier: Option<crate::core::tier::TierBooks>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -159,7 +161,7 @@ pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
     if let Some(w) = sim.input.control.waiting() {
         sim.col.still_queued(w);
     }
-    SimOutcome { in_flight, stalled }
+    SimOutcome { in_flight, stalled, tier: sim.input.control.tier_books() }
 }
 
 impl Sim<'_, '_> {
@@ -645,7 +647,7 @@ impl Sim<'_, '_> {
             now + c.script.between_s(w)
         };
         c.intended = next;
-        let admitted = self.input.control.session_ended(r, class, now);
+        let admitted = self.input.control.client_session_ended(i as u32, r, class, now);
         self.at(next, Ev::Wake(i as u32));
         if closed {
             self.close_backend(r);

@@ -170,12 +170,12 @@ impl Conn {
         let backend::Message::AuthenticationSaslContinue(body) = self.message().await? else {
             return Err(WireError::Unsupported("SCRAM: expected the server's first message".into()));
         };
-        let server_first = String::from_utf8_lossy(body.data()).into_owned();
-        let salted = match client.kept_salt(password, &server_first).map_err(scram_failed)? {
+        let challenge = client.challenge(&String::from_utf8_lossy(body.data())).map_err(scram_failed)?;
+        let salted = match challenge.kept(password) {
             Some(s) => s,
-            None => derive(password, client.salt_of(&server_first).map_err(scram_failed)?).await?,
+            None => derive(password, challenge.clone()).await?,
         };
-        let (sent, last) = client.finish_with(password, &server_first, salted).map_err(scram_failed)?;
+        let (sent, last) = client.finish_with(password, &challenge, salted);
         frontend::sasl_response(last.as_bytes(), &mut self.wbuf)?;
         self.flush().await?;
         let backend::Message::AuthenticationSaslFinal(body) = self.message().await? else {
@@ -368,9 +368,9 @@ impl Answer {
 /// count: the key derivation (PBKDF2, 4096 rounds by default, about a
 /// millisecond of CPU) runs on tokio's blocking pool, so that it stalls no
 /// event loop (the proxy logs clients in on one thread).
-async fn derive(password: &[u8], (salt, iterations): (Vec<u8>, u32)) -> Result<[u8; 32], WireError> {
+async fn derive(password: &[u8], challenge: scram::Challenge) -> Result<[u8; 32], WireError> {
     let password = password.to_vec();
-    tokio::task::spawn_blocking(move || scram::salted_password(&password, &salt, iterations))
+    tokio::task::spawn_blocking(move || challenge.derive(&password))
         .await
         .map_err(|e| WireError::Io(io::Error::other(format!("SCRAM key derivation: {e}"))))
 }

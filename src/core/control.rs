@@ -38,6 +38,7 @@ use super::health::Evidence;
 use super::metrics::Collector;
 use super::model::{AbortReason, Class, ConnectError, EventKind, QueryError, ReplicaId, Role};
 use super::router::Router;
+use super::tier::{Tier, TierBooks, TierConfig};
 use super::watch::{Answers, Note, Watch};
 
 /// What a new session's request to start decided.
@@ -189,6 +190,8 @@ pub struct Controller {
     /// The last CPU reading and its time (at first: nothing, at 0).
     last_cpu: (f64, Vec<Option<f64>>),
     events: Vec<ControlEvent>,
+    /// A simulated tier of routers around the router, its leader.
+    tier: Option<Tier>,
 }
 
 impl Controller {
@@ -208,6 +211,30 @@ impl Controller {
             confirming: vec![None; k],
             last_cpu: (0.0, vec![None; k]),
             events: Vec::new(),
+            tier: None,
+        }
+    }
+
+    /// Routes through a tier of routers (simulated, [`crate::core::tier`]):
+    /// this controller's router leads, followers route on snapshots. Not
+    /// with an admission gate (the gate admits through the leader alone).
+    pub fn with_tier(mut self, cfg: TierConfig) -> Controller {
+        debug_assert!(self.gate.is_none(), "a tier routes without a gate");
+        let tier = Tier::new(cfg, &self.router);
+        tier.reserve_all(&mut self.router);
+        self.tier = Some(tier);
+        self
+    }
+
+    /// What routing on stale counts did, with a tier.
+    pub fn tier_books(&self) -> Option<TierBooks> {
+        self.tier.as_ref().map(|t| t.books().clone())
+    }
+
+    /// Takes the tier's snapshots due by `now_s`, before the router changes.
+    fn catch_up(&mut self, now_s: f64) {
+        if let Some(t) = &mut self.tier {
+            t.catch_up(now_s, &self.router);
         }
     }
 
@@ -273,8 +300,13 @@ impl Controller {
     /// Client `client`'s new session of `class` asks to start at `now_s`:
     /// through the gate if there is one, else straight to the router.
     pub fn request(&mut self, client: u32, class: Class, now_s: f64) -> Admission {
+        self.catch_up(now_s);
         let admission = match &mut self.gate {
-            None => self.router.admit(class).map_or(Admission::NoRoute, Admission::Route),
+            None => match &mut self.tier {
+                Some(t) => t.admit(client, class, &mut self.router),
+                None => self.router.admit(class),
+            }
+            .map_or(Admission::NoRoute, Admission::Route),
             Some(gate) => match gate.request(&mut self.router, client, class, now_s) {
                 Decision::Admit(r) => {
                     self.events.push(admitted(class, now_s, 0.0, false, None));
@@ -302,9 +334,20 @@ impl Controller {
     /// started after all); returns the waiting sessions the freed capacity
     /// lets start.
     pub fn session_ended(&mut self, r: ReplicaId, class: Class, now_s: f64) -> Vec<Admitted> {
+        self.catch_up(now_s);
         self.router.release(r, class);
         self.roles(now_s);
         self.admit_waiting(now_s)
+    }
+
+    /// [`Self::session_ended`] for client `client`'s session: with a tier,
+    /// the router that admitted it forgets it too.
+    pub fn client_session_ended(&mut self, client: u32, r: ReplicaId, class: Class, now_s: f64) -> Vec<Admitted> {
+        if let Some(t) = &mut self.tier {
+            t.catch_up(now_s, &self.router);
+            t.ended(client, r, class, &mut self.router);
+        }
+        self.session_ended(r, class, now_s)
     }
 
     /// Starts the waiting sessions the gate now admits, in queue order.
@@ -335,6 +378,7 @@ impl Controller {
     /// `r` was observed after the check began (pass `began_s = now_s` for
     /// an instantaneous check).
     fn evidence(&mut self, r: ReplicaId, ev: Evidence, source: Source, began_s: f64, now_s: f64) {
+        self.catch_up(now_s);
         let failure = matches!(ev, Evidence::Refused | Evidence::ProbeTimeout | Evidence::ConnError);
         if failure {
             self.failed_s[r.idx()] = now_s;
@@ -425,6 +469,7 @@ impl Controller {
     /// The oracle tells the router that `r` is up or down (ignored by the
     /// other detectors).
     pub fn told(&mut self, r: ReplicaId, up: bool, now_s: f64) {
+        self.catch_up(now_s);
         let notes = self.watch.told(&mut self.router, r, up, now_s, "oracle");
         self.log(notes, now_s);
     }
@@ -441,6 +486,7 @@ impl Controller {
 
     /// Lets time pass for the watch: probation windows end, ramps advance.
     pub fn tick(&mut self, now_s: f64) {
+        self.catch_up(now_s);
         let notes = self.watch.tick(&mut self.router, now_s);
         self.log(notes, now_s);
     }
@@ -458,6 +504,7 @@ impl Controller {
         let utilisation = super::admission::utilisation(before, cpu_s, dt_s, self.cpus);
         let cpu_pct = super::admission::cpu_pct(&utilisation, &healthy);
         if cpu_s.iter().any(Option::is_some) {
+            self.catch_up(now_s);
             self.router.observe_cpu(&utilisation);
             self.last_cpu = (now_s, cpu_s.to_vec());
         }

@@ -25,6 +25,7 @@ pub mod second_latency;
 pub mod settings;
 pub mod status;
 pub mod stream;
+pub mod tier;
 pub mod validity;
 pub mod watch;
 pub mod workload;

@@ -44,4 +44,6 @@ pub struct BackendOutcome {
     pub max_connections: Option<u32>,
     /// `--via-proxy`: what routed the sessions (the proxy process).
     pub via_proxy: Option<String>,
+    /// The simulator's tier of routers (`--routers`): what stale counts did.
+    pub tier: Option<super::tier::TierBooks>,
 }

@@ -18,7 +18,7 @@ use super::violations::Who;
 use super::Shared;
 use crate::backend::proxy_feed::REPLICA_PARAM;
 use crate::backend::wire::Conn;
-use bytes::{Buf, BytesMut};
+use bytes::BytesMut;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -164,22 +164,9 @@ async fn replay(
 /// Reads the server's messages through its next ReadyForQuery, within
 /// `limit`; an ErrorResponse among them is the client's FATAL.
 async fn next_ready(server: &mut TcpStream, buf: &mut BytesMut, limit: Duration) -> Result<Greeting, Fatal> {
-    let read = async {
-        loop {
-            if let Some(g) = late_class::greeting(buf) {
-                buf.advance(g.used);
-                return Ok(g);
-            }
-            buf.reserve(1024);
-            match server.read_buf(buf).await {
-                Ok(n) if n > 0 => {}
-                Ok(_) => return Err("the replica closed the connection".to_string()),
-                Err(e) => return Err(e.to_string()),
-            }
-        }
-    };
+    let read = super::server_pool::read_ready(server, buf, usize::MAX);
     let g = match tokio::time::timeout(limit, read).await {
-        Ok(Ok(g)) => g,
+        Ok(Ok((g, _))) => g,
         Ok(Err(why)) => return Err(Fatal::new("08006", format!("plbbench proxy: the replica's login: {why}"))),
         Err(_) => {
             return Err(Fatal::new("08006", format!("plbbench proxy: the replica did not answer within {limit:?}")))

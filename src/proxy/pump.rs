@@ -66,6 +66,9 @@ pub(super) trait Follow: Send + 'static {
     /// The server closed its side, or stopped taking bytes: how the
     /// session ended, from what the server said last.
     fn server_closed(&self) -> End;
+    /// The client's Terminate was withheld from an idle server: the
+    /// session is over at once, and the proxy closes the client's side.
+    fn withheld(&self) -> bool;
     /// The client closed its side, or its Terminate was withheld:
     /// [`End::Reusable`] after a withheld Terminate (the session is over at
     /// once), else [`End::Quiet`].
@@ -273,7 +276,7 @@ impl<F: Follow> Piped<F> {
     fn drive(&mut self) -> Drive {
         let Handed { client, server, flow, .. } = &mut self.h;
         let up = self.up.copy(client, server, |b| flow.client_sent(b));
-        if flow.client_closed() == End::Reusable {
+        if flow.withheld() {
             // A withheld Terminate: the session is over now; the client,
             // which may wait for the server to close (asyncpg does), is
             // closed by the proxy.

@@ -337,6 +337,10 @@ impl Follow for Flow {
         bytes.len()
     }
 
+    fn withheld(&self) -> bool {
+        self.withheld
+    }
+
     /// The client closed its side, or its Terminate was withheld (then
     /// the session ends at once, the proxy closing the client's side, and
     /// the server's connection may serve another session).
@@ -400,7 +404,7 @@ async fn on_this_task(flow: &mut Flow, client: &mut ClientStream, server: &mut T
                     if server.write_all(&cbuf[..keep]).await.is_err() {
                         return last_words(flow, client, server, &mut sbuf).await;
                     }
-                    if flow.withheld {
+                    if flow.withheld() {
                         return End::Reusable;
                     }
                 }

@@ -232,18 +232,18 @@ mod tests {
         for round in 0..2 {
             let (client, first) = crate::scram::Client::start();
             let (ex, server_first) = Exchange::start(Some(&secret), first.as_bytes(), &nonce()).unwrap();
-            let kept = client.kept_salt(b"s3cret", &server_first).unwrap();
+            let challenge = client.challenge(&server_first).unwrap();
+            let kept = challenge.kept(b"s3cret");
             assert_eq!(kept.is_some(), round == 1, "round {round}: derived once, then kept");
-            let (salt, i) = client.salt_of(&server_first).unwrap();
-            let salted = kept.unwrap_or_else(|| salted_password(b"s3cret", &salt, i));
-            let (sent, last) = client.finish_with(b"s3cret", &server_first, salted).unwrap();
+            let salted = kept.unwrap_or_else(|| challenge.derive(b"s3cret"));
+            let (sent, last) = client.finish_with(b"s3cret", &challenge, salted);
             let server_final = ex.finish(last.as_bytes()).expect("the proof is accepted");
             assert_eq!(sent.verify(&server_final), Ok(()));
         }
         let (client, first) = crate::scram::Client::start();
         let (ex, server_first) = Exchange::start(Some(&secret), first.as_bytes(), &nonce()).unwrap();
-        let (salt, i) = client.salt_of(&server_first).unwrap();
-        let (_, last) = client.finish_with(b"wrong", &server_first, salted_password(b"wrong", &salt, i)).unwrap();
+        let challenge = client.challenge(&server_first).unwrap();
+        let (_, last) = client.finish_with(b"wrong", &challenge, challenge.derive(b"wrong"));
         assert_eq!(ex.finish(last.as_bytes()), Err(ScramError::Failed));
     }
 

@@ -200,22 +200,39 @@ async fn ask(server: &mut TcpStream, sqls: &[&str]) -> bool {
     }
     let (mut buf, mut status) = (BytesMut::with_capacity(256), 0);
     for _ in sqls {
-        let g = loop {
-            if let Some(g) = late_class::greeting(&buf) {
-                break g;
-            }
-            match server.read_buf(&mut buf).await {
-                Ok(n) if n > 0 && buf.len() <= 1 << 16 => {}
-                _ => return false,
-            }
-        };
-        if g.error.is_some() {
-            return false;
+        match read_ready(server, &mut buf, 1 << 16).await {
+            Ok((g, s)) if g.error.is_none() => status = s,
+            _ => return false,
         }
-        status = buf[g.used - 1];
-        let _ = buf.split_to(g.used);
     }
     buf.is_empty() && status == b'I'
+}
+
+/// Reads the server's messages through its next ReadyForQuery into `buf`
+/// (which may hold part of them; at most `max` bytes are buffered) and
+/// takes them off: the messages, and the transaction status their
+/// ReadyForQuery carried.
+pub(super) async fn read_ready(
+    server: &mut TcpStream,
+    buf: &mut BytesMut,
+    max: usize,
+) -> Result<(late_class::Greeting, u8), String> {
+    loop {
+        if let Some(g) = late_class::greeting(buf) {
+            let status = buf[g.used - 1];
+            let _ = buf.split_to(g.used);
+            return Ok((g, status));
+        }
+        if buf.len() > max {
+            return Err(format!("the replica's answer passed {max} bytes"));
+        }
+        buf.reserve(1024);
+        match server.read_buf(buf).await {
+            Ok(n) if n > 0 => {}
+            Ok(_) => return Err("the replica closed the connection".to_string()),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
 }
 
 /// Reads the server's greeting after AuthenticationOk into `buf` (which

@@ -176,6 +176,11 @@ pub struct Summary {
     /// whether the generator was saturated (the generator guard of docs/manual.md, "Run validity checks").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generator: Option<crate::core::saturation::GeneratorReport>,
+    /// The simulator's tier of routers (`--routers`, docs/scale.md "Routing
+    /// on stale counts"): what routing on stale counts did. `None` with one
+    /// router.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<crate::core::tier::TierBooks>,
 }
 
 impl Summary {

@@ -16,12 +16,23 @@ pub enum Key {
     /// The arrival process: `closed` (no pause between sessions) or open
     /// at an offered fraction of the cluster's CPU budget (`--load`).
     Load,
+    /// Routers in the simulated tier (`--routers`): not a workload
+    /// parameter but the router's deployment.
+    Routers,
+    /// The tier followers' snapshot interval (`--refresh-ms`).
+    RefreshMs,
 }
 
 impl Key {
     /// Every key with its name on the command line.
-    pub const ALL: [(Key, &'static str); 4] =
-        [(Key::ThinkMs, "think_ms"), (Key::Queries, "queries"), (Key::Clients, "T"), (Key::Load, "load")];
+    pub const ALL: [(Key, &'static str); 6] = [
+        (Key::ThinkMs, "think_ms"),
+        (Key::Queries, "queries"),
+        (Key::Clients, "T"),
+        (Key::Load, "load"),
+        (Key::Routers, "routers"),
+        (Key::RefreshMs, "refresh_ms"),
+    ];
 
     /// Its name on the command line and in files.
     pub fn name(self) -> &'static str {
@@ -89,15 +100,20 @@ fn parse_value(key: Key, v: &str) -> Result<Value, &'static str> {
     }
     let load = "must be `closed` or a positive fraction of the CPU budget";
     let x: f64 = v.parse().map_err(|_| if key == Key::Load { load } else { "is not a number" })?;
+    let whole = |max: f64| x >= 1.0 && x.fract() == 0.0 && x <= max;
     let ok = match key {
         Key::ThinkMs => x.is_finite() && x >= 0.0,
-        Key::Queries | Key::Clients => x >= 1.0 && x.fract() == 0.0 && x <= 1e6,
+        Key::Queries | Key::Clients => whole(1e6),
         Key::Load => x.is_finite() && x > 0.0,
+        Key::Routers => whole(f64::from(crate::core::tier::MAX_ROUTERS)),
+        Key::RefreshMs => whole(600_000.0),
     };
     match (ok, key) {
         (true, _) => Ok(Value::Num(x)),
         (false, Key::ThinkMs) => Err("must be milliseconds >= 0"),
         (false, Key::Load) => Err(load),
+        (false, Key::Routers) => Err("must be a whole number from 1 to 64"),
+        (false, Key::RefreshMs) => Err("must be whole milliseconds from 1 to 600,000"),
         (false, _) => Err("must be a whole number from 1 to 1,000,000"),
     }
 }
@@ -196,6 +212,9 @@ mod tests {
         assert!(err("think_ms=").contains("--vary think_ms: names no value"));
         assert!(err("queries=2.5").contains("--vary queries: `2.5` must be a whole number"));
         assert!(err("T=10,10").contains("lists a value twice"));
+        assert!(err("routers=0").contains("--vary routers: `0` must be a whole number from 1 to 64"));
+        assert!(err("refresh_ms=0.5").contains("--vary refresh_ms: `0.5` must be whole milliseconds"));
+        assert_eq!(parse_axis("routers=1,2,4,8").unwrap().values.len(), 4);
         assert!(err("think_ms").contains("is not KEY=V1,V2"));
         let twice = [parse_axis("T=1").unwrap(), parse_axis("T=2").unwrap()];
         assert!(check_axes(&twice).unwrap_err().to_string().contains("`T` is varied twice"));

@@ -31,7 +31,7 @@ const PAIRS: [(&str, &str); 2] = [("plb,rr-split", "premium-fault"), ("plb,rr", 
 /// `plbbench map`: the grid over workload parameters.
 #[derive(Debug, Args, Clone)]
 pub struct MapArgs {
-    /// A workload parameter and its values, KEY=V1,V2,..; repeat the flag for more axes. Keys: think_ms (between a session's queries), queries (mean per session; min = mean/2, max = 3 x mean/2), T (clients), load (`closed`: no pause between sessions; a number: open, offering that fraction of the CPU budget). The first two axes are the heat maps' x and y; more axes give a figure per combination.
+    /// A workload parameter and its values, KEY=V1,V2,..; repeat the flag for more axes. Keys: think_ms (between a session's queries), queries (mean per session; min = mean/2, max = 3 x mean/2), T (clients), load (`closed`: no pause between sessions; a number: open, offering that fraction of the CPU budget), routers and refresh_ms (a simulated tier of routers on stale counts: run's --routers and --refresh-ms). The first two axes are the heat maps' x and y; more axes give a figure per combination.
     #[arg(long = "vary", value_name = "KEY=V,..", required = true)]
     pub vary: Vec<String>,
     /// Premium:Freemium mixes, a panel each [default: 25:75,50:50,75:25].
@@ -53,6 +53,10 @@ pub struct MapArgs {
     /// Map folder; an existing one is resumed [default: reports/<utc-timestamp>-map].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// With a `routers` axis: the tier's followers admit within quotas (run's --quotas) in every cell of more than
+    /// one router.
+    #[arg(long)]
+    pub quotas: bool,
     /// No progress on stderr.
     #[arg(long, short)]
     pub quiet: bool,
@@ -176,6 +180,17 @@ fn cell_args(
     if let Some(Value::Num(load)) = axes::get(cell, Key::Load) {
         flag("--load", load.to_string());
     }
+    let routers = match axes::get(cell, Key::Routers) {
+        Some(Value::Num(n)) => n,
+        _ => 1.0,
+    };
+    flag("--routers", routers.to_string());
+    if let Some(Value::Num(ms)) = axes::get(cell, Key::RefreshMs) {
+        flag("--refresh-ms", ms.to_string());
+    }
+    if args.quotas && routers > 1.0 {
+        argv.push("--quotas".into());
+    }
     Wrap::try_parse_from(argv).map(|w| w.e).map_err(|e| input("--mixes", e.to_string().lines().next().unwrap_or("")))
 }
 
@@ -197,6 +212,8 @@ fn chosen_point(base: &str, clients: u32) -> Vec<(Key, Value)> {
         (Key::Queries, Value::Num(f64::from(s.queries_min + s.queries_max) / 2.0)),
         (Key::Clients, Value::Num(f64::from(clients))),
         (Key::Load, load),
+        (Key::Routers, Value::Num(1.0)),
+        (Key::RefreshMs, Value::Num(1000.0)),
     ]
 }
 

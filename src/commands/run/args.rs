@@ -152,6 +152,20 @@ pub struct CommonArgs {
     /// Kept for old command lines: theta bounds Mixed by default now.
     #[arg(long, hide = true, conflicts_with = "mixed_unbounded")]
     pub mixed_bounded: bool,
+    /// Simulator only: route through a tier of N routers, as N proxies would (docs/scale.md, "Routing on stale
+    /// counts"): router 0 leads with fresh counts (repairs, borrowing, returns); the others route client c (c mod N)
+    /// from a snapshot of the leader's roles and counts refreshed every --refresh-ms plus their own sessions since,
+    /// and ask the leader when no replica of the class's role or Mixed is below theta; summary.json's `tier` counts
+    /// what the stale counts did [default: 1, one router].
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub routers: u32,
+    /// With --routers: how often a follower's snapshot of the leader is refreshed, in milliseconds [default: 1000].
+    #[arg(long, default_value_t = 1000, hide_default_value = true, value_name = "MS")]
+    pub refresh_ms: u64,
+    /// With --routers: each follower admits at most floor(theta / N) of its own sessions per replica (the leader's
+    /// quotas) instead of testing the snapshot's counts against theta.
+    #[arg(long)]
+    pub quotas: bool,
     /// Also write queries.csv, one row per query.
     #[arg(long)]
     pub raw: bool,

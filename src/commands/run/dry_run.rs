@@ -47,6 +47,9 @@ pub fn render(plan: &Plan, format: Format) -> String {
             "faults": plan.faults,
             "offered_utilisation": cluster,
             "rr_split_partition_utilisation": partition,
+            "tier": plan.tier.map(|t| serde_json::json!({
+                "routers": t.routers, "refresh_ms": t.refresh_s * 1e3, "quotas": t.quotas
+            })),
             "out": plan.out,
         })
         .to_string(),
@@ -64,9 +67,19 @@ pub fn render(plan: &Plan, format: Format) -> String {
             out.push_str(&load_line(plan.clients, cluster));
             out.push('\n');
             out.push_str(&format!(
-                "routing: reference {} · theta {} · alpha {} · detection {} · admission {} · recovery {}\nphases:\n",
+                "routing: reference {} · theta {} · alpha {} · detection {} · admission {} · recovery {}\n",
                 s.reference, s.theta, s.alpha, s.detection, s.admission, s.recovery
             ));
+            if let Some(t) = plan.tier {
+                out.push_str(&format!(
+                    "tier: {} routers, a leader and {} followers on snapshots every {} ms{} (simulated)\n",
+                    t.routers,
+                    t.routers - 1,
+                    t.refresh_s * 1e3,
+                    if t.quotas { ", within quotas of theta / routers" } else { "" }
+                ));
+            }
+            out.push_str("phases:\n");
             for p in &plan.phases {
                 out.push_str(&format!("  {:<9} {:>7.1} - {:>7.1} s  {} up\n", p.name, p.start_s, p.end_s, p.survivors));
             }

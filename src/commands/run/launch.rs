@@ -31,7 +31,12 @@ pub fn clients(plan: &Plan) -> Vec<schedule::Client> {
 /// The run controller for the plan: a fresh router, its watch and gate.
 pub fn control(plan: &Plan) -> Controller {
     let timeout_ms = plan.workload.client.query_timeout_ms as f64;
-    Controller::new(Router::new(plan.router.clone()), plan.watch.clone(), plan.gate.clone(), plan.cpus, timeout_ms)
+    let c =
+        Controller::new(Router::new(plan.router.clone()), plan.watch.clone(), plan.gate.clone(), plan.cpus, timeout_ms);
+    match plan.tier {
+        Some(tier) => c.with_tier(tier),
+        None => c,
+    }
 }
 
 /// The verdict of a simulator run whose clock stopped advancing: the run
@@ -59,6 +64,7 @@ pub fn run_sim(plan: &Plan, mut collector: Collector) -> (Collector, BackendOutc
         partial: out.stalled.is_some(),
         cpu_budget_enforced: false,
         max_connections: Some(plan.max_connections),
+        tier: out.tier,
         verdicts: out
             .stalled
             .map(|why| Verdict { name: SIM_PROGRESS.into(), ok: false, detail: why })
@@ -251,6 +257,7 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
         generator: out.generator,
         max_connections,
         via_proxy,
+        tier: None,
     };
     Ok((collector, outcome))
 }

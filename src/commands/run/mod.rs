@@ -137,6 +137,9 @@ fn headline(s: &Summary) -> String {
         ));
     }
     out.push_str(&format!("aborted sessions: {}\n", aborted_line(&s.accounting)));
+    if let Some(t) = &s.tier {
+        out.push_str(&format!("tier: {}\n", t.line()));
+    }
     out.push_str(&logins_line(s));
     out.push_str(&checks_line(s));
     out.push('\n');
@@ -336,6 +339,7 @@ fn summarise(
         recovery: crate::core::recovery::of_run(&plan.faults, m, plan.router.replicas),
         detector: Some(crate::core::recovery::suspicions_of_run(&plan.faults, m, plan.router.replicas)),
         generator: outcome.generator.clone(),
+        tier: outcome.tier.clone(),
     }
 }
 

@@ -14,6 +14,9 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 mod index;
+mod restore;
+
+pub use restore::Held;
 
 /// A routing strategy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -193,6 +196,9 @@ struct Replica {
     /// CPU use over the last reading's interval, as a fraction of the
     /// budget (`None`: not measured), and the sessions it held then.
     cpu: Option<(f64, u32)>,
+    /// Sessions held back for a tier's followers (their unused quota
+    /// slots, [`crate::core::tier`]): the theta tests count them as open.
+    reserved: u32,
 }
 
 impl Replica {
@@ -285,6 +291,7 @@ impl Router {
                 active: [0, 0],
                 guests: 0,
                 cpu: None,
+                reserved: 0,
             })
             .collect();
         let tau = (cfg.alpha * f64::from(cfg.theta)).floor() as u32;
@@ -453,6 +460,63 @@ impl Router {
         self.replicas[replica.idx()].guests
     }
 
+    /// A copy for a follower of a tier of routers ([`crate::core::tier`]):
+    /// the same roles, health and counts, no role change pending.
+    pub fn snapshot(&self) -> Router {
+        let mut s = self.clone();
+        s.changes.clear();
+        s
+    }
+
+    /// A tier follower's refresh: `leader`'s roles, health and counts,
+    /// keeping this router's own round-robin cursors.
+    pub fn refresh_from(&mut self, leader: &Router) {
+        let cursors = self.cursors;
+        self.clone_from(leader);
+        self.cursors = cursors;
+        self.changes.clear();
+    }
+
+    /// Counts a session of `class` on `replica` that another router of a
+    /// tier chose: no choice and no role change.
+    pub fn place(&mut self, replica: ReplicaId, class: Class) {
+        self.replicas[replica.idx()].active[class.idx()] += 1;
+        self.sync(replica.idx());
+    }
+
+    /// A tier follower's snapshot forgets a session of `class` on
+    /// `replica`: no role change ([`Self::release`] is the leader's).
+    pub fn unplace(&mut self, replica: ReplicaId, class: Class) {
+        let rep = &mut self.replicas[replica.idx()];
+        rep.active[class.idx()] = rep.active[class.idx()].saturating_sub(1);
+        rep.guests = rep.guests.min(rep.active[1]);
+        self.sync(replica.idx());
+    }
+
+    /// Holds `slots` sessions of `replica` for a tier's followers: PLB's
+    /// theta tests count them as open (quotas, [`crate::core::tier`]).
+    pub fn reserve(&mut self, replica: ReplicaId, slots: u32) {
+        self.replicas[replica.idx()].reserved = slots;
+    }
+
+    /// The count PLB's theta test reads: sessions less Freemium guests.
+    pub fn theta_load(&self, replica: ReplicaId) -> u32 {
+        let rep = &self.replicas[replica.idx()];
+        rep.load() - rep.guests
+    }
+
+    /// The open replica of `role` with the least weighted load for `class`
+    /// that `room` lets in, ties to the lowest id: a tier follower's choice
+    /// (a scan).
+    pub fn least_loaded_where(&self, class: Class, role: Role, room: impl Fn(ReplicaId) -> bool) -> Option<ReplicaId> {
+        self.replicas
+            .iter()
+            .enumerate()
+            .filter(|(i, r)| r.open(class) && r.role == role && room(ReplicaId(*i)))
+            .min_by(|(i, a), (j, b)| a.weighted_load(class).total_cmp(&b.weighted_load(class)).then(i.cmp(j)))
+            .map(|(i, _)| ReplicaId(i))
+    }
+
     /// Number of healthy replicas in the router's view.
     pub fn survivors(&self) -> usize {
         match &self.index {
@@ -495,11 +559,11 @@ impl Router {
         let theta = self.cfg.theta;
         // Freemium guests (only ever on a Premium replica) never keep
         // Premium out of its own role.
-        if let Some(r) = self.least_loaded(class, &[own], |r| r.load() - r.guests < theta) {
+        if let Some(r) = self.least_loaded(class, &[own], |r| r.load() - r.guests + r.reserved < theta) {
             return Some(r);
         }
         let bounded = self.cfg.mixed_bounded;
-        if let Some(r) = self.least_loaded(class, &[Role::M], |r| !bounded || r.load() < theta) {
+        if let Some(r) = self.least_loaded(class, &[Role::M], |r| !bounded || r.load() + r.reserved < theta) {
             return Some(r);
         }
         if class == Class::P {

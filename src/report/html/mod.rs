@@ -375,6 +375,9 @@ fn settings(s: &Summary) -> Vec<Item> {
     if let Some(n) = st.max_connections {
         v.push(item("max_connections per replica", n.to_string()));
     }
+    if let Some(t) = &s.tier {
+        v.push(item("routers (simulated tier)", t.line()));
+    }
     v.extend([
         item("seed", st.seed.to_string()),
         item("time scale", format!("{}×", st.time_scale)),

@@ -13,6 +13,7 @@ use crate::core::phases::{self, Phase};
 use crate::core::roles::RoleVector;
 use crate::core::router::{RouterConfig, Strategy};
 use crate::core::settings::{Admission, Checks, ClusterKind, Detection, GeneratorsOn, Named};
+use crate::core::tier::{TierConfig, MAX_ROUTERS};
 use crate::core::watch::{Recovery, Watch};
 use crate::core::workload::Workload;
 use crate::error::{input, Error};
@@ -154,6 +155,35 @@ pub struct Plan {
     /// `--generator-child`: this process is that generator of a
     /// `--generators` run.
     pub generator_child: Option<u32>,
+    /// `--routers N` above 1: the simulated tier of routers.
+    pub tier: Option<TierConfig>,
+}
+
+/// `--routers`, `--refresh-ms` and `--quotas`: the simulated tier, if any.
+fn tier(args: &RunArgs) -> Result<Option<TierConfig>, Error> {
+    let c = &args.common;
+    if c.routers == 0 || c.routers > MAX_ROUTERS {
+        return Err(input("--routers", format!("must be from 1 to {MAX_ROUTERS}, got {}", c.routers)));
+    }
+    if !(1..=600_000).contains(&c.refresh_ms) {
+        return Err(input("--refresh-ms", format!("must be from 1 to 600000, got {}", c.refresh_ms)));
+    }
+    if c.routers == 1 {
+        return match c.quotas {
+            true => Err(input("--quotas", "needs a tier: --routers 2 or more")),
+            false => Ok(None),
+        };
+    }
+    if c.cluster != ClusterKind::Sim {
+        return Err(input(
+            "--routers",
+            "a tier of routers is simulated only (--cluster sim); a real tier of proxies is not built (docs/scale.md)",
+        ));
+    }
+    if args.admission != Admission::None {
+        return Err(input("--routers", "not with --admission modes: the gate admits through one router"));
+    }
+    Ok(Some(TierConfig { routers: c.routers, refresh_s: c.refresh_ms as f64 / 1e3, quotas: c.quotas }))
 }
 
 /// Parses `P:F` percentages summing to 100; returns P.
@@ -378,6 +408,7 @@ impl Plan {
             GeneratorsOn::Host => Vec::new(),
         };
         let cluster = cluster_spec(&args)?;
+        let tier = tier(&args)?;
         Ok(Plan {
             strategy: args.strategy,
             detection: c.detection,
@@ -415,6 +446,7 @@ impl Plan {
             generators_on: args.generators_on,
             inputs,
             generator_child: args.generator_child,
+            tier,
         })
     }
 
