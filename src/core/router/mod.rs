@@ -399,12 +399,8 @@ impl Router {
 
     /// Marks a session of `class` on `replica` as ended (completed or broken).
     pub fn release(&mut self, replica: ReplicaId, class: Class) {
-        let rep = &mut self.replicas[replica.idx()];
-        let slot = &mut rep.active[class.idx()];
-        debug_assert!(*slot > 0, "release without admit");
-        *slot = slot.saturating_sub(1);
-        rep.guests = rep.guests.min(rep.active[1]);
-        self.sync(replica.idx());
+        debug_assert!(self.replicas[replica.idx()].active[class.idx()] > 0, "release without admit");
+        self.unplace(replica, class);
         if self.cfg.strategy == Strategy::Plb {
             self.return_borrowed();
         }
@@ -484,8 +480,9 @@ impl Router {
         self.sync(replica.idx());
     }
 
-    /// A tier follower's snapshot forgets a session of `class` on
-    /// `replica`: no role change ([`Self::release`] is the leader's).
+    /// Uncounts a session of `class` on `replica` with no role change: a
+    /// tier follower's snapshot forgetting it, and the count half of
+    /// [`Self::release`] (which then returns what it lent).
     pub fn unplace(&mut self, replica: ReplicaId, class: Class) {
         let rep = &mut self.replicas[replica.idx()];
         rep.active[class.idx()] = rep.active[class.idx()].saturating_sub(1);
