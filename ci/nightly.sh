@@ -13,11 +13,16 @@
 #      scale 0.7: two 3.5-minute runs on five local PostgreSQL servers)
 #      and compares it with ci/baseline/real under loose thresholds that
 #      catch a broken router or driver, not machine noise;
-#   3. rebuilds reports/index.html so the night's reports are archived.
+#   3. runs the performance gate, ci/perf.sh (the tool's own cost against
+#      pgbench and PgBouncer, the simulator's cost, memory per session;
+#      about 40 minutes) into $out/perf, judged against
+#      ci/baseline/perf/perf.csv;
+#   4. rebuilds reports/index.html so the night's reports are archived.
 # Every report is kept under $NIGHTLY_OUT (default reports/nightly/<utc>),
 # with the comparisons as text, markdown (for a pull-request comment) and
-# HTML. Exit status 1 when a threshold is violated (both comparisons always
-# run), 0 otherwise. NIGHTLY_REAL=0 skips the real part (no PostgreSQL).
+# HTML. Exit status 1 when a threshold is violated or a cost regressed
+# (every part always runs), 0 otherwise. NIGHTLY_REAL=0 skips the real
+# part (no PostgreSQL), NIGHTLY_PERF=0 the performance gate.
 #
 # Refreshing a baseline after an intended change: run this script, check
 # the comparison pages, then `bash ci/refresh-baseline.sh <night folder>`
@@ -27,6 +32,7 @@ cd "$(dirname "$0")/.."
 
 out=${NIGHTLY_OUT:-reports/nightly/$(date -u +%Y%m%dT%H%M%SZ)}
 real=${NIGHTLY_REAL:-1}
+perf=${NIGHTLY_PERF:-1}
 bash scripts/setup.sh
 bin=target/release/plbbench
 mkdir -p "$out"
@@ -82,6 +88,19 @@ if [[ $real == 1 ]]; then
         '*/*/*/freemium.baseline.goodput_qps>-15%'
 else
     echo "nightly: NIGHTLY_REAL=0: real-cluster part skipped"
+fi
+
+if [[ $perf == 1 ]]; then
+    echo "nightly: performance gate -> $out/perf"
+    rc=0
+    bash ci/perf.sh "$out/perf" || rc=$?
+    case $rc in
+        0) echo "nightly: perf: every figure within its noise band" ;;
+        1) echo "nightly: perf: REGRESSION (see $out/perf/perf.md)"; status=1 ;;
+        *) echo "nightly: perf: the gate failed with exit status $rc" >&2; exit "$rc" ;;
+    esac
+else
+    echo "nightly: NIGHTLY_PERF=0: performance gate skipped"
 fi
 
 "$bin" archive --root reports

@@ -25,16 +25,17 @@
 # Usage: ci/perf.sh [OUT (reports/nightly/perf-<utc>)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${1:-reports/nightly/perf-$(date -u +%Y%m%dT%H%M%SZ)}
+out=$(realpath -m "${1:-reports/nightly/perf-$(date -u +%Y%m%dT%H%M%SZ)}")
 pairs=${PAIRS:-5}
 sim_repeats=${SIM_REPEATS:-5}
 fleet_repeats=${FLEET_REPEATS:-3}
 mem_repeats=${MEM_REPEATS:-3}
 baseline=${PERF_BASELINE:-ci/baseline/perf/perf.csv}
 bash scripts/setup.sh
+bash scripts/install-pgbouncer.sh >/dev/null
 bin=$PWD/target/release/plbbench
 mkdir -p "$out"
-export FIGURES=$PWD/$out/perf.csv
+export FIGURES=$out/perf.csv
 echo "figure,unit,better,repeat,value,command" >"$FIGURES"
 for _ in $(seq 40); do [[ -e /tmp/plbbench-quiet.lock ]] || break; echo "perf: waiting for a quiet machine" >&2; sleep 30; done
 echo "perf: 1-minute load average before: $(cut -d ' ' -f 1 /proc/loadavg)"
