@@ -28,16 +28,9 @@ declare -A args=(
 )
 order="default admission-modes detection-oracle detection-suspicion recovery-slow-start via-proxy generators-2 generators-2-docker"
 mkdir -p "$out"
-[[ -f $out/loadavg.csv ]] || echo "utc,load1,load5,load15" > "$out/loadavg.csv"
-(
-    while true; do
-        read -r l1 l5 l15 _ < /proc/loadavg
-        echo "$(date -u +%Y-%m-%dT%H:%M:%SZ),$l1,$l5,$l15" >> "$out/loadavg.csv"
-        sleep 30
-    done
-) &
-sampler=$!
-trap 'kill $sampler 2>/dev/null || true' EXIT
+# shellcheck source=lib/loadavg.sh
+source scripts/lib/loadavg.sh
+loadavg_sampler "$out/loadavg.csv"
 for name in ${FEATURES:-$order}; do
     [[ -v "args[$name]" ]] || { echo "real-features: unknown feature $name (known: $order)" >&2; exit 2; }
     [[ -f $out/$name/summary.json ]] && { echo "real-features: $name kept"; continue; }

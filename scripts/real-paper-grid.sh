@@ -19,16 +19,9 @@ shift
 bin=target/release/plbbench
 [[ -x $bin ]] || bash scripts/setup.sh
 mkdir -p "$out"
-[[ -f $out/loadavg.csv ]] || echo "utc,load1,load5,load15" > "$out/loadavg.csv"
-(
-    while true; do
-        read -r l1 l5 l15 _ < /proc/loadavg
-        echo "$(date -u +%Y-%m-%dT%H:%M:%SZ),$l1,$l5,$l15" >> "$out/loadavg.csv"
-        sleep 30
-    done
-) &
-sampler=$!
-trap 'kill $sampler 2>/dev/null || true' EXIT
+# shellcheck source=lib/loadavg.sh
+source scripts/lib/loadavg.sh
+loadavg_sampler "$out/loadavg.csv"
 "$bin" experiment --cluster local --workload "${WORKLOAD:-paper}" --strategies "${STRATEGIES:-plb,rr-split,rr,lc}" \
     --mixes "${MIXES:-25:75}" --faults "${FAULTS:-premium-fault,cascade}" --repeat 3 --time-scale "${TIME_SCALE:-0.7}" \
     --progress lines --out "$out" "$@"
