@@ -38,6 +38,17 @@ bin=target/release/plbbench
 mkdir -p "$out"
 status=0
 
+# verdict PART RC REPORT HOLDS: a part's outcome from its judge's exit
+# status: 0 holds, 1 a regression (the night fails, the other parts still
+# run), anything else a broken judge (the job stops with its status).
+verdict() {
+    case $2 in
+        0) echo "nightly: $1: $4" ;;
+        1) echo "nightly: $1: REGRESSION (see $3)"; status=1 ;;
+        *) echo "nightly: $1: the judge failed with exit status $2" >&2; exit "$2" ;;
+    esac
+}
+
 # compare NAME THRESHOLD... : new folder $out/NAME against ci/baseline/NAME.
 compare() {
     local name=$1; shift
@@ -46,11 +57,7 @@ compare() {
     local rc=0
     "$bin" compare "${args[@]}" --html "$out/$name-compare.html" --format markdown > "$out/$name-compare.md" || rc=$?
     "$bin" compare "${args[@]}" --format text | tee "$out/$name-compare.txt" || true
-    case $rc in
-        0) echo "nightly: $name: every threshold holds" ;;
-        1) echo "nightly: $name: REGRESSION (see $out/$name-compare.md)"; status=1 ;;
-        *) echo "nightly: $name: compare failed with exit status $rc" >&2; exit "$rc" ;;
-    esac
+    verdict "$name" "$rc" "$out/$name-compare.md" "every threshold holds"
 }
 
 # `--checks warn`: the gate here is the thresholds below. Runs that fail
@@ -94,11 +101,7 @@ if [[ $perf == 1 ]]; then
     echo "nightly: performance gate -> $out/perf"
     rc=0
     bash ci/perf.sh "$out/perf" || rc=$?
-    case $rc in
-        0) echo "nightly: perf: every figure within its noise band" ;;
-        1) echo "nightly: perf: REGRESSION (see $out/perf/perf.md)"; status=1 ;;
-        *) echo "nightly: perf: the gate failed with exit status $rc" >&2; exit "$rc" ;;
-    esac
+    verdict perf "$rc" "$out/perf/perf.md" "every figure within its noise band"
 else
     echo "nightly: NIGHTLY_PERF=0: performance gate skipped"
 fi
