@@ -162,7 +162,11 @@ async fn leftovers(d: &Docker) -> Vec<String> {
 
 /// The engine's containers of one kind (`replica`, `generator`).
 async fn of_kind(d: &Docker, kind: &str) -> Vec<bollard::models::ContainerSummary> {
-    let opts = ListContainersOptions { all: true, filters: Some(filter(&format!("{LABEL_KIND}={kind}"))), ..Default::default() };
+    let opts = ListContainersOptions {
+        all: true,
+        filters: Some(filter(&format!("{LABEL_KIND}={kind}"))),
+        ..Default::default()
+    };
     d.list_containers(Some(opts)).await.unwrap()
 }
 

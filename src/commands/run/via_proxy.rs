@@ -71,9 +71,8 @@ pub(crate) fn dsn(cfg: &tokio_postgres::Config) -> String {
 fn config_text(cluster: &Cluster, w: &Workload, ip: std::net::IpAddr, users: Option<&std::path::Path>) -> String {
     let dsns: Vec<String> = (0..cluster.replicas()).map(|r| dsn(&cluster.config(r))).collect();
     let connect_s = w.client.login_deadline_s().unwrap_or(crate::proxy::config::MAX_DEADLINE_S);
-    let users = users.map_or(String::new(), |u| {
-        format!("users_file = {}\n", toml::Value::String(u.to_string_lossy().into_owned()))
-    });
+    let users = users
+        .map_or(String::new(), |u| format!("users_file = {}\n", toml::Value::String(u.to_string_lossy().into_owned())));
     format!(
         "listen = \"{}\"\ndsns = {}\n{users}drain_s = 1\nserver_connect_timeout_s = {connect_s}\nserver_pool = 0\n\n[class]\nparam = \"application_name\"\npremium_prefix = \"{PREMIUM_APP}\"\n",
         std::net::SocketAddr::new(ip, 0),
@@ -126,7 +125,8 @@ pub fn start(
     let users = match &password {
         Some(pw) => {
             let path = dir.path().join("users.txt");
-            crate::fsutil::write_atomic(&path, users_text(&user, pw), 0o600).context("writing the proxy's users file")?;
+            crate::fsutil::write_atomic(&path, users_text(&user, pw), 0o600)
+                .context("writing the proxy's users file")?;
             Some(path)
         }
         None => None,
