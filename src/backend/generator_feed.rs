@@ -56,6 +56,10 @@ pub struct Go {
     pub proxy: SocketAddr,
     /// The user the clients log in as.
     pub user: String,
+    /// The password the proxy asks, when it listens off loopback (for
+    /// containers on a remote engine); none on loopback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
     /// The database, if the cluster names one.
     pub dbname: Option<String>,
     /// The replicas as libpq DSNs (the child only counts them: the proxy
@@ -272,6 +276,7 @@ mod tests {
             start_mono_ns: 7,
             proxy: "127.0.0.1:6432".parse().unwrap(),
             user: "postgres".into(),
+            password: Some("run's own".into()),
             dbname: None,
             dsns: vec!["host=x".into()],
         };

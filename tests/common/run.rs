@@ -120,6 +120,18 @@ impl<'a> Running<'a> {
         Running::start_with(sb, cluster, faults, args, &[])
     }
 
+    /// [`Running::start_on`] with extra environment variables (a remote
+    /// engine's `DOCKER_HOST`, say).
+    pub fn start_on_env(
+        sb: &'a Sandbox,
+        cluster: &str,
+        faults: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Running<'a> {
+        Running::start_with(sb, cluster, faults, args, env)
+    }
+
     /// Runs get `--checks warn` unless `args` name `--checks`: most tests
     /// here are not about run validity, and their time-scaled or loaded
     /// runs fail the phase-length or time-out checks. They run the steady

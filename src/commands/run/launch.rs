@@ -194,13 +194,13 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
     };
     let (proxy, link) = proxy.map_or((None, None), |(p, l)| (Some(p), Some(l)));
     let mut children = match (plan.generators > 1, &proxy) {
-        (true, Some(p)) => Some((super::generators::spawn(plan)?, p.addr)),
+        (true, Some(p)) => Some((super::generators::spawn(plan)?, p.addr, p.password.clone())),
         _ => None,
     };
     let wall_minus_mono_s = crate::backend::generator_feed::wall_minus_mono_s();
     let (start, remotes) = match &mut children {
-        Some((c, addr)) => {
-            let (start, remotes) = c.go(*addr, &cluster);
+        Some((c, addr, password)) => {
+            let (start, remotes) = c.go(*addr, password.as_deref(), &cluster);
             (Some(start), remotes)
         }
         None => (None, Vec::new()),
@@ -231,7 +231,7 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
     }
     drop(runtime);
     let generators_verdict = match children {
-        Some((c, _)) => Some(c.finish(&out.remotes, wall_minus_mono_s)?),
+        Some((c, _, _)) => Some(c.finish(&out.remotes, wall_minus_mono_s)?),
         None => None,
     };
     let via_proxy = proxy.as_ref().map(|p| p.describe());

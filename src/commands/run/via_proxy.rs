@@ -7,6 +7,13 @@
 //! file, and reports back over its stdout (`backend::proxy_feed`). It dies
 //! with the run: SIGTERM at the end, and the kernel's parent-death signal
 //! if the run is killed.
+//!
+//! On a loopback address its clients log in without a password (they are
+//! the run's own, on this host). Where generator containers on a remote
+//! engine must reach it, it listens on an address others may reach too, so
+//! the run makes a password for that run alone, hands the proxy a users
+//! file with it and its children the password: the proxy asks it
+//! (SCRAM-SHA-256) and nobody else gets in.
 
 use crate::backend::driver::ProxyLink;
 use crate::backend::proxy_feed::Feed;
@@ -55,19 +62,34 @@ pub(crate) fn dsn(cfg: &tokio_postgres::Config) -> String {
 
 /// The proxy config the child reads: where it listens (a free port on
 /// `ip`), the cluster's replicas, the class rule on application_name,
-/// trust (the clients are the run's own), and the workload's login
+/// trust (the clients are the run's own) or the `users` file when there is
+/// one, and the workload's login
 /// deadline on the replica (the proxy's longest, an hour, when the
 /// workload waits without one, as `paper` does), and no kept server
 /// connections: every session of the run logs into its replica, as in a
 /// run without the proxy, so both measure the same workload.
-fn config_text(cluster: &Cluster, w: &Workload, ip: std::net::IpAddr) -> String {
+fn config_text(cluster: &Cluster, w: &Workload, ip: std::net::IpAddr, users: Option<&std::path::Path>) -> String {
     let dsns: Vec<String> = (0..cluster.replicas()).map(|r| dsn(&cluster.config(r))).collect();
     let connect_s = w.client.login_deadline_s().unwrap_or(crate::proxy::config::MAX_DEADLINE_S);
+    let users = users
+        .map_or(String::new(), |u| format!("users_file = {}\n", toml::Value::String(u.to_string_lossy().into_owned())));
     format!(
-        "listen = \"{}\"\ndsns = {}\ndrain_s = 1\nserver_connect_timeout_s = {connect_s}\nserver_pool = 0\n\n[class]\nparam = \"application_name\"\npremium_prefix = \"{PREMIUM_APP}\"\n",
+        "listen = \"{}\"\ndsns = {}\n{users}drain_s = 1\nserver_connect_timeout_s = {connect_s}\nserver_pool = 0\n\n[class]\nparam = \"application_name\"\npremium_prefix = \"{PREMIUM_APP}\"\n",
         std::net::SocketAddr::new(ip, 0),
         toml_list(&dsns)
     )
+}
+
+/// A random password for the run's clients at a proxy off loopback.
+fn run_password() -> String {
+    use rand::Rng;
+    rand::thread_rng().sample_iter(&rand::distributions::Alphanumeric).take(32).map(char::from).collect()
+}
+
+/// A users file (PgBouncer's format) naming `user` with `password`.
+fn users_text(user: &str, password: &str) -> String {
+    let quote = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
+    format!("{} {}\n", quote(user), quote(password))
 }
 
 fn toml_list(items: &[String]) -> String {
@@ -81,6 +103,8 @@ pub struct ProxyChild {
     dir: tempfile::TempDir,
     /// Where it listens.
     pub addr: std::net::SocketAddr,
+    /// The password its clients log in with, when it listens off loopback.
+    pub password: Option<String>,
 }
 
 /// Starts the proxy in front of `cluster` with the run's routing `flags`,
@@ -95,7 +119,20 @@ pub fn start(
     let dir =
         tempfile::Builder::new().prefix("plbbench-via-proxy-").tempdir().context("creating a temporary folder")?;
     let config = dir.path().join("proxy.toml");
-    crate::fsutil::write_atomic(&config, config_text(cluster, w, ip), 0o600).context("writing the proxy config")?;
+    let base = cluster.config(0);
+    let user = base.get_user().unwrap_or("postgres").to_string();
+    let password = (!ip.is_loopback()).then(run_password);
+    let users = match &password {
+        Some(pw) => {
+            let path = dir.path().join("users.txt");
+            crate::fsutil::write_atomic(&path, users_text(&user, pw), 0o600)
+                .context("writing the proxy's users file")?;
+            Some(path)
+        }
+        None => None,
+    };
+    crate::fsutil::write_atomic(&config, config_text(cluster, w, ip, users.as_deref()), 0o600)
+        .context("writing the proxy config")?;
     let log = std::fs::File::create(dir.path().join("proxy.log")).context("creating the proxy log")?;
     let exe = std::env::current_exe().context("finding plbbench's own executable")?;
     let mut cmd = Command::new(exe);
@@ -121,19 +158,27 @@ pub fn start(
         let why = stop_child(&mut child);
         return Err(Error::Run(anyhow!("the proxy did not start ({why}); its log: {}", log_tail(dir.path()))));
     };
-    let proxy = ProxyChild { child, dir, addr };
-    let base = cluster.config(0);
-    let configs = client_configs(addr, base.get_user().unwrap_or("postgres"), base.get_dbname());
+    let configs = client_configs(addr, &user, password.as_deref(), base.get_dbname());
+    let proxy = ProxyChild { child, dir, addr, password };
     eprintln!("plbbench: clients go through a plbbench proxy process at {addr} (pid {})", proxy.child.id());
     Ok((proxy, ProxyLink { configs, start_unix_s, feed }))
 }
 
-/// How the run's clients log in through the proxy at `addr`, Premium then
-/// Freemium (their application_name tells the proxy the class).
-pub fn client_configs(addr: std::net::SocketAddr, user: &str, dbname: Option<&str>) -> [tokio_postgres::Config; 2] {
+/// How the run's clients log in through the proxy at `addr` (with the
+/// run's `password` when it asks one), Premium then Freemium (their
+/// application_name tells the proxy the class).
+pub fn client_configs(
+    addr: std::net::SocketAddr,
+    user: &str,
+    password: Option<&str>,
+    dbname: Option<&str>,
+) -> [tokio_postgres::Config; 2] {
     let mut cfg = tokio_postgres::Config::new();
     cfg.host(addr.ip().to_string()).port(addr.port());
     cfg.user(user);
+    if let Some(pw) = password {
+        cfg.password(pw);
+    }
     if let Some(d) = dbname {
         cfg.dbname(d);
     }
@@ -243,10 +288,38 @@ mod tests {
             let mut run = default_run_args();
             run.common.workload = Some(name.into());
             let plan = crate::commands::run::plan::Plan::new(run).unwrap();
-            let text = config_text(&cluster, &plan.workload, std::net::IpAddr::from([127, 0, 0, 1]));
+            let text = config_text(&cluster, &plan.workload, std::net::IpAddr::from([127, 0, 0, 1]), None);
             let parsed = crate::proxy::config::ProxyConfig::parse(&text);
             assert!(parsed.is_ok(), "{name}: {parsed:?}\n{text}");
         }
+    }
+
+    /// Off loopback (generator containers on a remote engine) the proxy
+    /// asks the run's password: its config names the users file, which
+    /// holds the run's user, and without that file it would not start.
+    #[test]
+    fn off_loopback_the_proxy_asks_the_runs_password() {
+        use crate::proxy::config::{parse_users, Auth, ProxyConfig};
+        let cfg: tokio_postgres::Config = "host=10.0.0.2 port=5433 user=postgres".parse().unwrap();
+        let cluster = Cluster::External(crate::cluster::external::ExternalCluster::unchecked(vec![cfg]));
+        let plan = crate::commands::run::plan::Plan::new(default_run_args()).unwrap();
+        let ip = std::net::IpAddr::from([10, 0, 0, 1]);
+        let at = std::net::SocketAddr::new(ip, 6432);
+        let open = ProxyConfig::parse(&config_text(&cluster, &plan.workload, ip, None)).unwrap();
+        assert!(open.auth_on(at).is_err(), "trust off loopback");
+        let path = std::path::Path::new("/tmp/plbbench \"users\".txt");
+        let text = config_text(&cluster, &plan.workload, ip, Some(path));
+        let asked = ProxyConfig::parse(&text).unwrap();
+        assert_eq!(asked.users_file.as_deref(), Some(path), "{text}");
+        assert_eq!(asked.auth_on(at), Ok(Auth::ScramSha256));
+        let (a, b) = (run_password(), run_password());
+        assert!(a.len() == 32 && a != b, "{a} {b}");
+        let users = parse_users(&users_text("po\"stgres", &a)).unwrap();
+        assert_eq!(users.keys().collect::<Vec<_>>(), ["po\"stgres"]);
+        let [premium, freemium] = client_configs(at, "postgres", Some(&a), None);
+        assert_eq!(premium.get_password(), Some(a.as_bytes()));
+        assert_eq!(freemium.get_password(), Some(a.as_bytes()));
+        assert_eq!(client_configs(at, "postgres", None, None)[0].get_password(), None);
     }
 
     #[test]

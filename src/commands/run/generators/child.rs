@@ -29,7 +29,8 @@ pub fn run(plan: &Plan, index: u32) -> Result<(), Error> {
     let configs = go.dsns.iter().map(|d| d.parse()).collect::<Result<Vec<_>, _>>().context("the replicas' DSNs")?;
     let cluster = Arc::new(Mutex::new(Cluster::External(ExternalCluster::unchecked(configs))));
     let (_, feed) = tokio::sync::mpsc::unbounded_channel();
-    let configs = super::super::via_proxy::client_configs(go.proxy, &go.user, go.dbname.as_deref());
+    let configs =
+        super::super::via_proxy::client_configs(go.proxy, &go.user, go.password.as_deref(), go.dbname.as_deref());
     let link = ProxyLink { configs, start_unix_s: crate::backend::proxy_feed::unix_now(), feed };
     let input = DriverInput {
         workload: Arc::new(plan.workload.clone()),
@@ -93,6 +94,7 @@ mod tests {
             start_mono_ns: 42,
             proxy: "127.0.0.1:6432".parse().unwrap(),
             user: "postgres".into(),
+            password: None,
             dbname: Some("plb".into()),
             dsns: Vec::new(),
         };

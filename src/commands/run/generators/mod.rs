@@ -233,9 +233,14 @@ fn handshake(s: &mut Started, first: &Receiver<Line>) -> Result<(), String> {
 
 impl Children {
     /// Tells every child the run's time zero (now, on its own clock) and
-    /// how to reach the proxy; returns time zero and what the driver reads
-    /// of them.
-    pub fn go(&mut self, proxy: std::net::SocketAddr, cluster: &Cluster) -> (std::time::Instant, Vec<Remote>) {
+    /// how to reach the proxy (and the password it asks, if any); returns
+    /// time zero and what the driver reads of them.
+    pub fn go(
+        &mut self,
+        proxy: std::net::SocketAddr,
+        password: Option<&str>,
+        cluster: &Cluster,
+    ) -> (std::time::Instant, Vec<Remote>) {
         let base = cluster.config(0);
         let dsns: Vec<String> = (0..cluster.replicas()).map(|r| super::via_proxy::dsn(&cluster.config(r))).collect();
         let start_mono_ns = generator_feed::mono_ns();
@@ -245,6 +250,7 @@ impl Children {
                 start_mono_ns: s.offset.to_child(start_mono_ns),
                 proxy,
                 user: base.get_user().unwrap_or("postgres").to_string(),
+                password: password.map(str::to_string),
                 dbname: base.get_dbname().map(str::to_string),
                 dsns: dsns.clone(),
             };
