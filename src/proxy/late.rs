@@ -47,8 +47,8 @@ pub async fn session(shared: &Arc<Shared>, id: u32, mut client: ClientStream, st
     }
     let Some(heard) = listen(shared, &mut client).await else { return };
     let class = heard.app_name.as_deref().map_or(shared.rule.default, |v| shared.rule.class_of_value(v));
-    let Some(relay::Routed { r, mut server, pending, origin, .. }) =
-        relay::route(shared, id, &mut client, startup, class, false).await
+    let Some(relay::Routed { r, mut server, pending, origin }) =
+        relay::route(shared, id, &mut client, startup, class).await
     else {
         return;
     };
@@ -65,7 +65,7 @@ pub async fn session(shared: &Arc<Shared>, id: u32, mut client: ClientStream, st
     });
     let mut to_client = relay::parameter_status(REPLICA_PARAM, &r.to_string());
     replayed.params.iter().for_each(|p| to_client.extend(p));
-    let start = Start { to_client, to_server: heard.first, seen: BytesMut::new(), key: registered, unanswered: false };
+    let start = Start { to_client, to_server: heard.first, seen: BytesMut::new(), key: registered };
     relay::finish(shared, Session { id, r, class, who, origin }, client, server, start).await;
 }
 

@@ -25,7 +25,6 @@ use mio::net::TcpStream;
 use mio::{event::Event, Events, Interest, Poll, Registry, Token, Waker};
 use slab::Slab;
 use std::io::{self, ErrorKind, Read, Write};
-use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
@@ -62,9 +61,8 @@ pub(super) trait Follow: Send + 'static {
     /// The client sent `bytes`: how many of them to pass on (all but a
     /// withheld Terminate at their end).
     fn client_sent(&mut self, bytes: &[u8]) -> usize;
-    /// The server sent `bytes`: how many of them, at their start, not to
-    /// pass on (the answer to the proxy's own reset of a kept connection).
-    fn server_sent(&mut self, bytes: &[u8]) -> usize;
+    /// The server sent `bytes`.
+    fn server_sent(&mut self, bytes: &[u8]);
     /// The server closed its side, or stopped taking bytes: how the
     /// session ended, from what the server said last.
     fn server_closed(&self) -> End;
@@ -215,8 +213,8 @@ impl Pipe {
 
     /// Writes what is held, then reads and writes while the source has
     /// bytes, the sink takes them and the turn lasts; `seen` follows every
-    /// read and says which part of it to write.
-    fn copy(&mut self, src: &mut impl Read, dst: &mut impl Write, mut seen: impl FnMut(&[u8]) -> Range<usize>) -> Step {
+    /// read and says how much of it to write.
+    fn copy(&mut self, src: &mut impl Read, dst: &mut impl Write, mut seen: impl FnMut(&[u8]) -> usize) -> Step {
         let mut reads = 0;
         loop {
             while self.from < self.to {
@@ -238,8 +236,8 @@ impl Pipe {
                 Ok(0) => return Step::SourceClosed,
                 Ok(n) => {
                     reads += 1;
-                    let keep = seen(&self.buf[..n]);
-                    (self.from, self.to) = (keep.start.min(n), keep.end.min(n));
+                    let keep = seen(&self.buf[..n]).min(n);
+                    (self.from, self.to) = (0, keep);
                     self.readable = n == self.buf.len() || self.closing;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => self.readable = false,
@@ -277,7 +275,7 @@ impl<F: Follow> Piped<F> {
     /// Copies both ways as far as the sockets allow.
     fn drive(&mut self) -> Drive {
         let Handed { client, server, flow, .. } = &mut self.h;
-        let up = self.up.copy(client, server, |b| 0..flow.client_sent(b));
+        let up = self.up.copy(client, server, |b| flow.client_sent(b));
         if flow.withheld() {
             // A withheld Terminate: the session is over now; the client,
             // which may wait for the server to close (asyncpg does), is
@@ -291,12 +289,18 @@ impl<F: Follow> Piped<F> {
                 // as a rule) may still be unread. Read them to the end
                 // before judging how the session ended.
                 (self.down.readable, self.down.closing) = (true, true);
-                let _ = self.down.copy(server, client, |b| flow.server_sent(b)..b.len());
+                let _ = self.down.copy(server, client, |b| {
+                    flow.server_sent(b);
+                    b.len()
+                });
                 return Drive::Over(flow.server_closed());
             }
             Step::Idle | Step::Owed => {}
         }
-        let down = self.down.copy(server, client, |b| flow.server_sent(b)..b.len());
+        let down = self.down.copy(server, client, |b| {
+            flow.server_sent(b);
+            b.len()
+        });
         match down {
             Step::SourceClosed => Drive::Over(flow.server_closed()),
             Step::SinkGone => Drive::Over(End::Quiet),
@@ -448,12 +452,12 @@ mod tests {
         let mut pipe = Pipe::new();
         pipe.readable = true;
         let (mut src, mut dst) = (source(100, false), Sink { got: Vec::new(), room: usize::MAX });
-        assert_eq!(pipe.copy(&mut src, &mut dst, |b| 0..b.len()), Step::Idle);
+        assert_eq!(pipe.copy(&mut src, &mut dst, |b| b.len()), Step::Idle);
         assert_eq!((src.reads, dst.got.len(), pipe.readable), (1, 100, false), "one read, one write");
         let mut pipe = Pipe::new();
         (pipe.readable, pipe.closing) = (true, true);
         let mut src = source(100, true);
-        assert_eq!(pipe.copy(&mut src, &mut dst, |b| 0..b.len()), Step::SourceClosed, "data and a close are both read");
+        assert_eq!(pipe.copy(&mut src, &mut dst, |b| b.len()), Step::SourceClosed, "data and a close are both read");
         assert_eq!(src.reads, 2);
     }
 
@@ -470,7 +474,7 @@ mod tests {
             assert_eq!(
                 pipe.copy(&mut src, &mut dst, |b| {
                     seen += b.len();
-                    0..b.len()
+                    b.len()
                 }),
                 Step::Idle
             );
@@ -491,9 +495,9 @@ mod tests {
         let (mut pipe, mut src) = (Pipe::new(), source(100 * CHUNK, false));
         let mut dst = Sink { got: Vec::new(), room: usize::MAX };
         pipe.readable = true;
-        assert_eq!(pipe.copy(&mut src, &mut dst, |b| 0..b.len()), Step::Owed);
+        assert_eq!(pipe.copy(&mut src, &mut dst, |b| b.len()), Step::Owed);
         assert_eq!((src.reads, dst.got.len()), (TURN, TURN * CHUNK));
-        assert_eq!(pipe.copy(&mut src, &mut dst, |b| 0..b.len()), Step::Owed);
+        assert_eq!(pipe.copy(&mut src, &mut dst, |b| b.len()), Step::Owed);
         assert_eq!(src.reads, 2 * TURN);
     }
 
@@ -502,18 +506,8 @@ mod tests {
         let mut pipe = Pipe::new();
         pipe.readable = true;
         let (mut src, mut dst) = (source(100, false), Sink { got: Vec::new(), room: usize::MAX });
-        assert_eq!(pipe.copy(&mut src, &mut dst, |b| 0..b.len() - 5), Step::Idle);
+        assert_eq!(pipe.copy(&mut src, &mut dst, |b| b.len() - 5), Step::Idle);
         assert_eq!(dst.got, source(95, false).data.into_inner(), "all but the last 5 bytes");
-        assert_eq!(pipe.from, pipe.to, "nothing left held");
-    }
-
-    #[test]
-    fn what_the_follower_drops_at_the_start_of_a_read_is_not_written() {
-        let mut pipe = Pipe::new();
-        pipe.readable = true;
-        let (mut src, mut dst) = (source(100, false), Sink { got: Vec::new(), room: usize::MAX });
-        assert_eq!(pipe.copy(&mut src, &mut dst, |b| 30..b.len()), Step::Idle);
-        assert_eq!(dst.got, source(100, false).data.into_inner()[30..], "all but the first 30 bytes");
         assert_eq!(pipe.from, pipe.to, "nothing left held");
     }
 
@@ -535,9 +529,9 @@ mod tests {
         }
         let mut pipe = Pipe::new();
         pipe.readable = true;
-        assert_eq!(pipe.copy(&mut source(10, false), &mut Broken, |b| 0..b.len()), Step::SinkGone);
+        assert_eq!(pipe.copy(&mut source(10, false), &mut Broken, |b| b.len()), Step::SinkGone);
         let mut pipe = Pipe::new();
         pipe.readable = true;
-        assert_eq!(pipe.copy(&mut Broken, &mut Sink { got: Vec::new(), room: 9 }, |b| 0..b.len()), Step::SourceClosed);
+        assert_eq!(pipe.copy(&mut Broken, &mut Sink { got: Vec::new(), room: 9 }, |b| b.len()), Step::SourceClosed);
     }
 }

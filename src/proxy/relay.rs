@@ -13,7 +13,7 @@
 use super::framing::Framing;
 use super::login::{send_fatal, Fatal};
 use super::pump::{Back, End, Follow, CHUNK};
-use super::server_pool::{read_greeting, Key, Origin, Unanswered};
+use super::server_pool::{read_greeting, Key, Origin};
 use super::startup::Startup;
 use super::tls::ClientStream;
 use super::violations::Who;
@@ -38,26 +38,16 @@ pub async fn session(
     class: Class,
     who: Who,
 ) {
-    let Some(Routed { r, server, pending, origin, unanswered }) =
-        route(shared, id, &mut client, startup, class, RESET_AHEAD).await
-    else {
+    let Some(Routed { r, server, pending, origin }) = route(shared, id, &mut client, startup, class).await else {
         return;
     };
     shared.remember_params(&pending);
     let mut to_client = AUTH_OK.to_vec();
     to_client.extend(parameter_status(REPLICA_PARAM, &r.to_string()));
     to_client.extend_from_slice(&pending);
-    let start = Start { to_client, to_server: Vec::new(), seen: pending, key: None, unanswered };
+    let start = Start { to_client, to_server: Vec::new(), seen: pending, key: None };
     finish(shared, Session { id, r, class, who, origin }, client, server, start).await;
 }
-
-/// Whether a kept connection is handed out with its reset sent and not
-/// yet answered ([`super::server_pool::Kept`]): off. With it on, the
-/// proxy spent 1.06-1.22x PgBouncer's CPU per `pgbench -S -C` transaction
-/// instead of 1.25-1.54x ([performance](docs/performance.md#kept-connections-handed-out-without-a-round-trip-2026-12-07)),
-/// but a client whose sessions end in protocol violations was no longer
-/// refused (`tests/proxy_evidence.rs`); the cause is not found yet.
-const RESET_AHEAD: bool = false;
 
 /// A session's replica and its connection there.
 pub(super) struct Routed {
@@ -67,22 +57,17 @@ pub(super) struct Routed {
     pub pending: BytesMut,
     /// Where the connection goes back at the session's end, when it may.
     pub origin: Option<Origin>,
-    /// A kept connection's reset is sent and not yet answered
-    /// ([`super::server_pool::Kept`]).
-    pub unanswered: bool,
 }
 
-/// Admission and the proxy's connection to the chosen replica (a kept one,
-/// with its reset's answer left to the relay when `ahead`, or a new
-/// login); `None` when the client got a FATAL instead (counted as rejected
-/// or failed).
+/// Admission and the proxy's connection to the chosen replica (a kept one
+/// or a new login); `None` when the client got a FATAL instead (counted as
+/// rejected or failed).
 pub(super) async fn route(
     shared: &Shared,
     id: u32,
     client: &mut ClientStream,
     startup: &Startup,
     class: Class,
-    ahead: bool,
 ) -> Option<Routed> {
     let asked = Instant::now();
     let r = match shared.admit(id, class).await {
@@ -93,10 +78,10 @@ pub(super) async fn route(
             return None;
         }
     };
-    match connect(shared, r, startup, ahead).await {
-        Ok(routed) => {
+    match connect(shared, r, startup).await {
+        Ok((server, pending, origin)) => {
             shared.count(class, Some(r), SessionOutcome::Routed, asked.elapsed());
-            Some(routed)
+            Some(Routed { r, server, pending, origin })
         }
         Err(f) => {
             shared.count(class, Some(r), SessionOutcome::Failed, asked.elapsed());
@@ -118,9 +103,6 @@ pub(super) struct Start {
     pub seen: BytesMut,
     /// The client's cancel key, already registered (the proxy's own key).
     pub key: Option<(u32, u32)>,
-    /// The server's first bytes answer the proxy's own reset of a kept
-    /// connection: they are dropped, not relayed.
-    pub unanswered: bool,
 }
 
 /// Relays a routed session to its end: on a pump thread for a plain-TCP
@@ -198,13 +180,16 @@ pub(super) fn server_startup(startup: &Startup) -> (String, Vec<(String, String)
 /// one ([`super::server_pool`]), else a new login, read through its
 /// greeting. A server found full first closes the replica's kept
 /// connections, and is asked once more.
-async fn connect(shared: &Shared, r: ReplicaId, startup: &Startup, ahead: bool) -> Result<Routed, Fatal> {
+async fn connect(
+    shared: &Shared,
+    r: ReplicaId,
+    startup: &Startup,
+) -> Result<(TcpStream, BytesMut, Option<Origin>), Fatal> {
     let (database, params) = server_startup(startup);
     let key = Key { r, database, params };
-    if let Some(kept) = shared.pool.take(&key, shared.server_connect_timeout, ahead).await {
-        let pending = BytesMut::from(&kept.greeting[..]);
-        let origin = Some(Origin { key, greeting: kept.greeting });
-        return Ok(Routed { r, server: kept.server, pending, origin, unanswered: kept.unanswered });
+    if let Some((server, greeting)) = shared.pool.take(&key, shared.server_connect_timeout).await {
+        let pending = BytesMut::from(&greeting[..]);
+        return Ok((server, pending, Some(Origin { key, greeting })));
     }
     let began = shared.now();
     let mut result = login(shared, &key).await;
@@ -215,7 +200,7 @@ async fn connect(shared: &Shared, r: ReplicaId, startup: &Startup, ahead: bool) 
     let (server, pending, used) = result.map_err(|e| login_failed(shared, r, began, e))?;
     shared.pool.logins.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let origin = used.filter(|_| shared.pool.on()).map(|n| Origin { key, greeting: pending[..n].to_vec() });
-    Ok(Routed { r, server, pending, origin, unanswered: false })
+    Ok((server, pending, origin))
 }
 
 /// A new login to the replica `key` names, read through its greeting
@@ -298,9 +283,6 @@ pub(super) struct Flow {
     greeted: u64,
     /// The client's Terminate was withheld from an idle server.
     withheld: bool,
-    /// The answer to the proxy's own reset of a kept connection, still to
-    /// be dropped from the server's stream.
-    unanswered: Option<Unanswered>,
 }
 
 impl Flow {
@@ -317,10 +299,8 @@ impl Flow {
             began,
             greeted: 0,
             withheld: false,
-            unanswered: None,
         };
         flow.server_sent(&start.seen);
-        flow.unanswered = start.unanswered.then(Unanswered::default);
         flow.greeted = flow.framing.readies;
         flow.client_sent(&start.to_server);
         flow
@@ -329,12 +309,10 @@ impl Flow {
     /// Whether the client's Terminate, the whole of what it just sent, may
     /// be withheld: every Query, Sync and FunctionCall it sent is
     /// answered, nothing is sent after them, and the server is idle
-    /// outside a transaction (and the proxy's own reset answered), so the
-    /// connection can serve another session.
+    /// outside a transaction, so the connection can serve another session.
     fn may_withhold(&self, bytes: &[u8]) -> bool {
         let (up, down) = (&self.upstream, &self.framing);
         self.s.origin.is_some()
-            && self.unanswered.is_none()
             && bytes.ends_with(&TERMINATE)
             && up.at_boundary()
             && !up.unsynced
@@ -378,20 +356,14 @@ impl Follow for Flow {
         }
     }
 
-    /// Follows bytes the server sent, after the answer to the proxy's own
-    /// reset (which it drops: how many bytes that took); registers the
-    /// session's cancel key once it has gone by.
-    fn server_sent(&mut self, bytes: &[u8]) -> usize {
-        let (dropped, answered) = self.unanswered.as_mut().map_or((0, false), |u| u.drop_from(bytes));
-        if answered {
-            self.unanswered = None;
-        }
-        self.framing.feed(&bytes[dropped..]);
+    /// Follows bytes the server sent; registers the session's cancel key
+    /// once it has gone by.
+    fn server_sent(&mut self, bytes: &[u8]) {
+        self.framing.feed(bytes);
         if let (None, Some(k)) = (self.registered, self.framing.key) {
             self.shared.keys.lock().expect("keys lock").insert(k, (self.s.r, k));
             self.registered = Some(k);
         }
-        dropped
     }
 
     /// The server closed its side (or stopped taking bytes): the session's
@@ -444,8 +416,8 @@ async fn on_this_task(flow: &mut Flow, client: &mut ClientStream, server: &mut T
             },
             n = server.read(&mut sbuf) => match n {
                 Ok(n) if n > 0 => {
-                    let dropped = flow.server_sent(&sbuf[..n]);
-                    if client.write_all(&sbuf[dropped..n]).await.is_err() {
+                    flow.server_sent(&sbuf[..n]);
+                    if client.write_all(&sbuf[..n]).await.is_err() {
                         return End::Quiet;
                     }
                 }
@@ -466,8 +438,8 @@ async fn last_words(flow: &mut Flow, client: &mut ClientStream, server: &mut Tcp
         if n == 0 {
             break;
         }
-        let dropped = flow.server_sent(&sbuf[..n]);
-        if client.write_all(&sbuf[dropped..n]).await.is_err() {
+        flow.server_sent(&sbuf[..n]);
+        if client.write_all(&sbuf[..n]).await.is_err() {
             return End::Quiet;
         }
     }

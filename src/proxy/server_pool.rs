@@ -15,12 +15,8 @@
 //! server's session defaults), with the greeting its login sent
 //! (ParameterStatus, BackendKeyData, ReadyForQuery), replayed to the next
 //! client as if it had logged in. Before it is handed out its name is
-//! reset to the startup one (a peer that closed or spoke is dropped
-//! first). A connection back within [`CHECK_DELAY`] is told so without a
-//! wait: the relay drops the answer as it arrives ([`Unanswered`]), so
-//! a login costs no round trip to the replica before the client's first
-//! statement; an older one is told and answered first, which checks it
-//! is alive (PgBouncer's `server_check_delay`). It is closed after the idle timeout, and every
+//! reset to the startup one, which checks it too (a peer that closed or
+//! spoke is dropped first). It is closed after the idle timeout, and every
 //! one of a replica is closed when the controller stops holding the
 //! replica healthy, when its role changes (its kept connections were for
 //! the classes the old role served), or when a login to it finds the
@@ -87,21 +83,6 @@ const RELEASE: [&str; 2] = ["DISCARD ALL", "SET application_name = 'plbbench pro
 /// name again.
 const RESUME: [&str; 1] = ["RESET application_name"];
 
-/// A connection kept at most this long is handed out with its [`RESUME`]
-/// sent and not yet answered; an older one is asked first and handed out
-/// only once the server answered (PgBouncer's `server_check_delay`, 30 s by
-/// default, checks a connection idle longer before use).
-pub(super) const CHECK_DELAY: Duration = Duration::from_secs(30);
-
-/// A kept connection handed to a session.
-pub(super) struct Kept {
-    pub server: TcpStream,
-    /// The greeting its login sent, for the client.
-    pub greeting: Vec<u8>,
-    /// Its [`RESUME`] is sent but not answered: the relay drops the answer.
-    pub unanswered: bool,
-}
-
 impl ServerPool {
     pub fn new(per_replica: usize, idle_timeout: Duration) -> ServerPool {
         ServerPool {
@@ -121,16 +102,15 @@ impl ServerPool {
         self.per_replica > 0
     }
 
-    /// The newest kept connection for `key` that is still open and silent,
-    /// told its [`RESUME`]: with `ahead`, one kept for less than
-    /// [`CHECK_DELAY`] without waiting for the answer; else one that
-    /// answers within `limit`. Broken ones met on the way are closed.
-    /// When none is idle but one of `key` is being reset on its way back,
-    /// the session waits for it (within `limit`), as a PgBouncer client
-    /// waits for a server of its pool: a connection-per-transaction client
-    /// logs in again while its last session's connection is still being
-    /// reset, and a new login would cost the replica a backend each time.
-    pub async fn take(&self, key: &Key, limit: Duration, ahead: bool) -> Option<Kept> {
+    /// The newest kept connection for `key` that is still open and silent
+    /// and answers its [`RESUME`] within `limit`, with its greeting; older
+    /// or broken ones met on the way are closed. When none is idle but one
+    /// of `key` is being reset on its way back, the session waits for it
+    /// (within `limit`), as a PgBouncer client waits for a server of its
+    /// pool: a connection-per-transaction client logs in again while its
+    /// last session's connection is still being reset, and a new login
+    /// would cost the replica a backend each time.
+    pub async fn take(&self, key: &Key, limit: Duration) -> Option<(TcpStream, Vec<u8>)> {
         let until = tokio::time::Instant::now() + limit;
         loop {
             let released = self.released.notified();
@@ -138,9 +118,10 @@ impl ServerPool {
             released.as_mut().enable();
             match self.pop(key) {
                 Some(c) => {
-                    if let Some(kept) = resume(c, limit, ahead).await {
+                    let Ok(mut stream) = TcpStream::from_std(c.stream) else { continue };
+                    if let Ok(true) = tokio::time::timeout(limit, ask(&mut stream, &RESUME)).await {
                         self.reused.fetch_add(1, Ordering::Relaxed);
-                        return Some(kept);
+                        return Some((stream, c.greeting));
                     }
                 }
                 None if self.releasing.lock().expect("server pool lock").contains_key(key) => {
@@ -240,76 +221,6 @@ impl Drop for Releasing<'_> {
         }
         drop(releasing);
         self.pool.released.notify_waiters();
-    }
-}
-
-/// Kept connection `c` told its [`RESUME`]: ahead of its answer
-/// ([`resume_ahead`]) when `ahead` and it was kept for less than
-/// [`CHECK_DELAY`], else answered within `limit`; `None` when that fails.
-async fn resume(c: Idle, limit: Duration, ahead: bool) -> Option<Kept> {
-    if ahead && c.since.elapsed() < CHECK_DELAY {
-        return resume_ahead(c);
-    }
-    let mut server = TcpStream::from_std(c.stream).ok()?;
-    let answered = matches!(tokio::time::timeout(limit, ask(&mut server, &RESUME)).await, Ok(true));
-    answered.then_some(Kept { server, greeting: c.greeting, unanswered: false })
-}
-
-/// `c` told its [`RESUME`] at once, its answer left to the relay; `None`
-/// when the write fails. The query is written with `MSG_MORE`: the kernel
-/// holds it until the client's first bytes follow it, so the server gets
-/// both in one segment and answers both at once (sent alone, its answer
-/// would wake the relay once more per session).
-fn resume_ahead(c: Idle) -> Option<Kept> {
-    use std::os::fd::AsRawFd;
-    let sent = query(RESUME[0]);
-    // SAFETY: the descriptor is `c.stream`'s, open for the whole call, and
-    // the buffer is `sent`, valid for its length.
-    let n = unsafe { libc::send(c.stream.as_raw_fd(), sent.as_ptr().cast(), sent.len(), libc::MSG_MORE) };
-    let whole = usize::try_from(n).is_ok_and(|n| n == sent.len());
-    let server = TcpStream::from_std(c.stream).ok().filter(|_| whole)?;
-    Some(Kept { server, greeting: c.greeting, unanswered: true })
-}
-
-/// The answer to a [`RESUME`] sent without a wait, taken off the front
-/// of the server's stream as it arrives (in pieces of any size) so that
-/// the client never sees it: every message through its ReadyForQuery.
-#[derive(Default)]
-pub(super) struct Unanswered {
-    /// The current message's header, as far as it has come.
-    header: [u8; 5],
-    got: usize,
-    /// Bytes of the current message's body still to come.
-    left: usize,
-}
-
-impl Unanswered {
-    /// How many leading bytes of `bytes` belong to the answer, and whether
-    /// they complete it.
-    pub fn drop_from(&mut self, bytes: &[u8]) -> (usize, bool) {
-        let mut at = 0;
-        while at < bytes.len() {
-            if self.got < 5 {
-                let n = (5 - self.got).min(bytes.len() - at);
-                self.header[self.got..self.got + n].copy_from_slice(&bytes[at..at + n]);
-                (self.got, at) = (self.got + n, at + n);
-                if self.got < 5 {
-                    break;
-                }
-                let len = u32::from_be_bytes(self.header[1..5].try_into().expect("4 bytes")) as usize;
-                self.left = len.saturating_sub(4);
-            }
-            let n = self.left.min(bytes.len() - at);
-            (self.left, at) = (self.left - n, at + n);
-            if self.left > 0 {
-                break;
-            }
-            if self.header[0] == b'Z' {
-                return (at, true);
-            }
-            self.got = 0;
-        }
-        (at, false)
     }
 }
 
@@ -515,9 +426,8 @@ mod tests {
             assert_eq!(idle, usize::from(kept));
             if kept {
                 let resuming = answers(peer, &RESUME, done("RESET", b'I'));
-                let taken = pool.take(&key(0), Duration::from_secs(5), false).await.expect("taken");
-                assert_eq!(taken.greeting, b"greeting");
-                assert!(!taken.unanswered, "answered before it was handed out");
+                let (_, greeting) = pool.take(&key(0), Duration::from_secs(5)).await.expect("taken");
+                assert_eq!(greeting, b"greeting");
                 assert_eq!(pool.reused.load(Ordering::Relaxed), 1);
                 drop(resuming.join().unwrap());
             }
@@ -543,39 +453,25 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_recently_kept_connection_is_handed_out_with_its_resume_sent_not_answered() {
+    async fn a_session_waits_for_a_connection_of_its_key_being_reset_rather_than_log_in() {
         let pool = ServerPool::new(4, Duration::from_secs(60));
-        let (ours, mut peer) = pair();
-        keep(&pool, key(0), ours);
-        let taken = pool.take(&key(0), Duration::from_secs(5), true).await.expect("taken");
-        assert!(taken.unanswered, "no wait for the answer");
-        let want = query(RESUME[0]);
-        let mut got = vec![0u8; want.len()];
-        peer.read_exact(&mut got).unwrap();
-        assert_eq!(got, want, "the RESUME was sent");
-        assert_eq!(pool.reused.load(Ordering::Relaxed), 1);
-        let (old, old_peer) = pair();
-        let c = Idle { stream: old, greeting: vec![], since: Instant::now() - CHECK_DELAY };
-        pool.idle.lock().unwrap().entry(key(1)).or_default().push(c);
-        let answering = answers(old_peer, &RESUME, done("RESET", b'I'));
-        let taken = pool.take(&key(1), Duration::from_secs(5), true).await.expect("taken");
-        assert!(!taken.unanswered, "one kept past the check delay is answered first");
-        drop(answering.join().unwrap());
-    }
-
-    #[test]
-    fn the_unanswered_resume_is_dropped_through_its_ready_for_query_at_any_split() {
-        let status = b"S\0\0\0\x1aapplication_name\0psql\0".to_vec();
-        let answer = [status, done("RESET", b'I')].concat();
-        let next = b"T\0\0\0\x06\0\0".to_vec();
-        let stream = [answer.clone(), next.clone()].concat();
-        for cut in 0..=stream.len() {
-            let mut u = Unanswered::default();
-            let (a, done_a) = u.drop_from(&stream[..cut]);
-            let (b, done_b) = if done_a { (0, true) } else { u.drop_from(&stream[cut..]) };
-            assert_eq!(a + b, answer.len(), "split at {cut}: the answer and nothing after it");
-            assert!(done_b, "split at {cut}: complete");
-            assert_eq!(done_a, cut >= answer.len(), "split at {cut}");
-        }
+        assert!(pool.take(&key(0), Duration::from_secs(5)).await.is_none(), "none idle, none being reset");
+        let resetting = Releasing::new(&pool, &key(0));
+        let (ours, peer) = pair();
+        let resuming = answers(peer, &RESUME, done("RESET", b'I'));
+        let back = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            keep(&pool, key(0), ours);
+            drop(resetting);
+        };
+        let k = key(0);
+        let (taken, ()) = tokio::join!(pool.take(&k, Duration::from_secs(5)), back);
+        assert!(taken.is_some(), "the connection that came back, not a new login");
+        assert!(pool.releasing.lock().unwrap().is_empty());
+        drop(resuming.join().unwrap());
+        let _other = Releasing::new(&pool, &key(1));
+        let asked = Instant::now();
+        assert!(pool.take(&key(0), Duration::from_secs(30)).await.is_none());
+        assert!(asked.elapsed() < Duration::from_secs(10), "another key's reset is not waited for");
     }
 }
