@@ -291,7 +291,9 @@ fn check_apart(roles: &[char], seen: &[Option<(u32, u32)>]) -> (u32, u32) {
 /// a session after another of the same user parameters on the same
 /// replica gets its backend, with nothing of the earlier session left (a
 /// setting, a temporary table) and its own application_name; a kept
-/// connection waits on its replica named `plbbench proxy: kept`; a client
+/// connection waits on its replica, idle, under its sessions' name (reset
+/// to its login's by `DISCARD ALL`, its last query), after every client
+/// has left; a client
 /// that leaves inside a transaction does not leave its connection kept.
 fn kept_server_connections(c: &Cluster, p: &Proxy) {
     let default_work_mem = c.psql(0, "SHOW work_mem");
@@ -318,8 +320,11 @@ fn kept_server_connections(c: &Cluster, p: &Proxy) {
     }
     assert!(same >= 1, "no session got the first one's backend {first} again");
     let kept = || -> u32 {
-        let sql = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'plbbench proxy: kept'";
-        (0..5).map(|r| c.psql(r, sql).parse::<u32>().unwrap()).sum()
+        let sql = format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = '{app}' AND state = 'idle' \
+             AND query = 'DISCARD ALL'"
+        );
+        (0..5).map(|r| c.psql(r, &sql).parse::<u32>().unwrap()).sum()
     };
     let until = Instant::now() + Duration::from_secs(5);
     while kept() == 0 {

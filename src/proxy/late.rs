@@ -47,13 +47,13 @@ pub async fn session(shared: &Arc<Shared>, id: u32, mut client: ClientStream, st
     }
     let Some(heard) = listen(shared, &mut client).await else { return };
     let class = heard.app_name.as_deref().map_or(shared.rule.default, |v| shared.rule.class_of_value(v));
-    let Some(relay::Routed { r, mut server, pending, origin }) =
+    let Some(relay::Routed { r, server, pending, origin }) =
         relay::route(shared, id, &mut client, startup, class).await
     else {
         return;
     };
-    let replayed = match replay(shared, &mut server, pending, &heard.sets).await {
-        Ok(g) => g,
+    let (replayed, server) = match replay_on(shared, server, pending, &heard.sets, &heard.first).await {
+        Ok(done) => done,
         Err(f) => {
             shared.ended(r, class);
             return send_fatal(&mut client, &f).await;
@@ -67,6 +67,23 @@ pub async fn session(shared: &Arc<Shared>, id: u32, mut client: ClientStream, st
     replayed.params.iter().for_each(|p| to_client.extend(p));
     let start = Start { to_client, to_server: heard.first, seen: BytesMut::new(), key: registered };
     relay::finish(shared, Session { id, r, class, who, origin }, client, server, start).await;
+}
+
+/// [`replay`] on a routed connection, then the client's first bytes
+/// after it: the connection back out of tokio's epoll, and the replay's
+/// greeting.
+async fn replay_on(
+    shared: &Shared,
+    server: std::net::TcpStream,
+    pending: BytesMut,
+    sets: &[Vec<u8>],
+    first: &[u8],
+) -> Result<(Replayed, std::net::TcpStream), Fatal> {
+    let lost = |e: std::io::Error| Fatal::new("08006", format!("plbbench proxy: the connection to the replica: {e}"));
+    let mut server = TcpStream::from_std(server).map_err(lost)?;
+    let replayed = replay(shared, &mut server, pending, sets).await?;
+    server.write_all(first).await.map_err(lost)?;
+    Ok((replayed, server.into_std().map_err(lost)?))
 }
 
 /// What a client said before its session was routed.

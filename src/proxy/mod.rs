@@ -148,7 +148,7 @@ pub(crate) struct Shared {
     /// Each client's allowance of protocol violations.
     violations: Mutex<Violations>,
     /// Server connections kept for later sessions.
-    pool: server_pool::ServerPool,
+    pool: Arc<server_pool::ServerPool>,
 }
 
 impl Shared {
@@ -353,6 +353,7 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
     let (term_tx, terminate) = watch::channel(false);
     let live = input.metrics.as_ref().map(|_| Arc::new(Mutex::new(LiveMetrics::new())));
     let (confirms, asked) = mpsc::unbounded_channel();
+    let (ends_tx, ends_rx) = mpsc::unbounded_channel();
     let mut background = Vec::new();
     let shared = Arc::new(Shared {
         start,
@@ -372,11 +373,12 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
         feed: input.feed,
         ticking: AtomicBool::new(false),
         timed: Notify::new(),
-        pumps: pump::Pumps::start(input.threads)?,
+        pumps: pump::Pumps::start(input.threads, ends_tx, input.server_connect_timeout)?,
         confirms,
         violations: Mutex::new(Violations::default()),
-        pool: server_pool::ServerPool::new(input.server_pool, input.server_idle_timeout),
+        pool: Arc::new(server_pool::ServerPool::new(input.server_pool, input.server_idle_timeout)),
     });
+    background.push(tokio::spawn(ends(ends_rx)));
     background.push(tokio::spawn(confirmer(shared.clone(), asked)));
     if let Some(live) = &live {
         let ctl = shared.control.lock().expect("control lock");
@@ -434,6 +436,14 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
         logins: shared.pool.logins.load(Ordering::Relaxed),
         reused: shared.pool.reused.load(Ordering::Relaxed),
     })
+}
+
+/// Finishes, each on a task of its own, the sessions the pumps give back
+/// at an end that is not quiet ([`relay::ended`]).
+async fn ends(mut rx: mpsc::UnboundedReceiver<pump::Back<relay::Flow>>) {
+    while let Some(back) = rx.recv().await {
+        tokio::spawn(relay::ended(back));
+    }
 }
 
 /// Resolves once the proxy closes its sessions.

@@ -52,7 +52,8 @@ pub async fn session(
 /// A session's replica and its connection there.
 pub(super) struct Routed {
     pub r: ReplicaId,
-    pub server: TcpStream,
+    /// Outside tokio's epoll: a plain-TCP session's is relayed by a pump.
+    pub server: std::net::TcpStream,
     /// What the server sent after its AuthenticationOk.
     pub pending: BytesMut,
     /// Where the connection goes back at the session's end, when it may.
@@ -96,7 +97,8 @@ pub(super) async fn route(
 pub(super) struct Start {
     /// Sent to the client first.
     pub to_client: Vec<u8>,
-    /// Sent to the server first (a late-naming client's first statements).
+    /// Sent to the server already (a late-naming client's first
+    /// statements), followed for the framing.
     pub to_server: Vec<u8>,
     /// Server bytes already received and passed on in `to_client`, followed
     /// for the message framing and the session's cancel key.
@@ -113,38 +115,24 @@ pub(super) async fn finish(
     shared: &Arc<Shared>,
     s: Session,
     mut client: ClientStream,
-    mut server: TcpStream,
+    server: std::net::TcpStream,
     start: Start,
 ) {
     let mut flow = Flow::new(shared.clone(), s, &start);
-    let begun = if client.write_all(&start.to_client).await.is_err() {
-        Err(End::Quiet)
-    } else if server.write_all(&start.to_server).await.is_err() {
-        Err(End::Lost)
-    } else {
-        Ok(())
-    };
+    let begun = if client.write_all(&start.to_client).await.is_err() { Err(End::Quiet) } else { Ok(()) };
     match (begun, client) {
         (Err(end), client) => close(&flow, end, client, &[]).await,
         (Ok(()), ClientStream::Plain(tcp)) => {
-            if let Some(Back { end, mut flow, client, server, held }) = shared.pumps.relay(tcp, server, flow).await {
-                if matches!(end, End::Quiet | End::Reusable) && held.is_empty() {
-                    // Nothing to tell the client: closed here, without
-                    // registering its socket with tokio again.
-                    let _ = client.shutdown(std::net::Shutdown::Write);
-                } else if let Ok(tcp) = TcpStream::from_std(client) {
-                    close(&flow, end, ClientStream::Plain(tcp), &held).await;
-                }
-                let origin = flow.s.origin.take();
-                drop(flow);
-                if let (End::Reusable, Some(o)) = (end, origin) {
-                    if let Ok(server) = TcpStream::from_std(server) {
-                        shared.pool.release(o, server, shared.server_connect_timeout).await;
-                    }
-                }
+            if let Ok(client) = tcp.into_std() {
+                // Counted open until the flow is dropped, wherever the
+                // session ends: this task ends here.
+                shared.open.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                flow.holds_open = true;
+                shared.pumps.relay(client, server, flow);
             }
         }
         (Ok(()), mut client) => {
+            let Ok(mut server) = TcpStream::from_std(server) else { return close(&flow, End::Lost, client, &[]).await };
             let end = on_this_task(&mut flow, &mut client, &mut server).await;
             close(&flow, end, client, &[]).await;
             let origin = flow.s.origin.take();
@@ -153,6 +141,22 @@ pub(super) async fn finish(
                 shared.pool.release(o, server, shared.server_connect_timeout).await;
             }
         }
+    }
+}
+
+/// A session a pump gave back at an end that was not quiet (or with
+/// server bytes the client has yet to get): the client gets them and its
+/// FATAL, as [`close`] says, and a server connection that may serve
+/// another session is reset and kept.
+pub(super) async fn ended(back: Back<Flow>) {
+    let Back { end, mut flow, client, server, held } = back;
+    if let Ok(tcp) = TcpStream::from_std(client) {
+        close(&flow, end, ClientStream::Plain(tcp), &held).await;
+    }
+    let (shared, origin) = (flow.shared.clone(), flow.s.origin.take());
+    drop(flow);
+    if let (End::Reusable, Some(o), Ok(server)) = (end, origin, TcpStream::from_std(server)) {
+        shared.pool.release(o, server, shared.server_connect_timeout).await;
     }
 }
 
@@ -184,7 +188,7 @@ async fn connect(
     shared: &Shared,
     r: ReplicaId,
     startup: &Startup,
-) -> Result<(TcpStream, BytesMut, Option<Origin>), Fatal> {
+) -> Result<(std::net::TcpStream, BytesMut, Option<Origin>), Fatal> {
     let (database, params) = server_startup(startup);
     let key = Key { r, database, params };
     if let Some((server, greeting)) = shared.pool.take(&key, shared.server_connect_timeout).await {
@@ -198,6 +202,7 @@ async fn connect(
         result = login(shared, &key).await;
     }
     let (server, pending, used) = result.map_err(|e| login_failed(shared, r, began, e))?;
+    let server = server.into_std().map_err(|e| Fatal::new("08006", format!("the connection to replica {r}: {e}")))?;
     shared.pool.logins.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let origin = used.filter(|_| shared.pool.on()).map(|n| Origin { key, greeting: pending[..n].to_vec() });
     Ok((server, pending, origin))
@@ -283,6 +288,9 @@ pub(super) struct Flow {
     greeted: u64,
     /// The client's Terminate was withheld from an idle server.
     withheld: bool,
+    /// Whether the session counts in the proxy's open connections until
+    /// this is dropped (it is relayed on a pump, its task gone).
+    holds_open: bool,
 }
 
 impl Flow {
@@ -299,6 +307,7 @@ impl Flow {
             began,
             greeted: 0,
             withheld: false,
+            holds_open: false,
         };
         flow.server_sent(&start.seen);
         flow.greeted = flow.framing.readies;
@@ -356,6 +365,12 @@ impl Follow for Flow {
         }
     }
 
+    /// The connection's way back to the kept ones, when it came from a
+    /// login that may be kept and its replica has room.
+    fn kept(&mut self) -> Option<super::server_pool::Returning> {
+        self.s.origin.take().and_then(|o| self.shared.pool.returning(o))
+    }
+
     /// Follows bytes the server sent; registers the session's cancel key
     /// once it has gone by.
     fn server_sent(&mut self, bytes: &[u8]) {
@@ -385,6 +400,9 @@ impl Drop for Flow {
             self.shared.keys.lock().expect("keys lock").remove(&k);
         }
         self.shared.ended(self.s.r, self.s.class);
+        if self.holds_open {
+            self.shared.open.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        }
     }
 }
 

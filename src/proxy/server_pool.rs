@@ -9,14 +9,15 @@
 //! A session's server connection comes back here when its client said
 //! Terminate with the server idle (`relay` withholds that Terminate, see
 //! [`super::framing::Framing::asks`]); it is reset with `DISCARD ALL`, as
-//! PgBouncer's `server_reset_query` does, named `plbbench proxy: kept`
-//! ([`RELEASE`]; `pg_stat_activity` tells it from a session's), and kept under the
+//! PgBouncer's `server_reset_query` does ([`RELEASE`]: its settings go back
+//! to its login's, `application_name` among them), and kept under the
 //! replica, the database and the client's other startup parameters (the
 //! server's session defaults), with the greeting its login sent
 //! (ParameterStatus, BackendKeyData, ReadyForQuery), replayed to the next
-//! client as if it had logged in. Before it is handed out its name is
-//! reset to the startup one, which checks it too (a peer that closed or
-//! spoke is dropped first). It is closed after the idle timeout, and every
+//! client as if it had logged in. It is handed out at once (a peer that
+//! closed or spoke is dropped first); one kept longer than [`CHECK_DELAY`]
+//! is first asked [`CHECK`], as PgBouncer's `server_check_query` after its
+//! `server_check_delay`. It is closed after the idle timeout, and every
 //! one of a replica is closed when the controller stops holding the
 //! replica healthy, when its role changes (its kept connections were for
 //! the classes the old role served), or when a login to it finds the
@@ -28,7 +29,7 @@ use bytes::BytesMut;
 use std::collections::HashMap;
 use std::io::ErrorKind;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -75,13 +76,20 @@ pub(super) struct ServerPool {
     pub logins: AtomicU64,
 }
 
-/// What a connection that comes back is told: reset, then named as kept
-/// (its `application_name` while it waits is `plbbench proxy: kept`).
-const RELEASE: [&str; 2] = ["DISCARD ALL", "SET application_name = 'plbbench proxy: kept'"];
+/// What a connection that comes back is told: PgBouncer's
+/// `server_reset_query`, which also gives `application_name` back its
+/// login's value (a kept connection waits on its replica, idle, under the
+/// name of the sessions it serves).
+const RELEASE: [&str; 1] = ["DISCARD ALL"];
 
-/// What a kept connection is told before it serves a session: its startup
-/// name again.
-const RESUME: [&str; 1] = ["RESET application_name"];
+/// A kept connection idle longer than this is checked before it is handed
+/// out (PgBouncer's `server_check_delay`); a younger one is handed out at
+/// once, so a connection-per-transaction client's login costs no round
+/// trip to the replica.
+const CHECK_DELAY: Duration = Duration::from_secs(30);
+
+/// The check (PgBouncer's `server_check_query`).
+const CHECK: [&str; 1] = ["SELECT 1"];
 
 impl ServerPool {
     pub fn new(per_replica: usize, idle_timeout: Duration) -> ServerPool {
@@ -103,23 +111,30 @@ impl ServerPool {
     }
 
     /// The newest kept connection for `key` that is still open and silent
-    /// and answers its [`RESUME`] within `limit`, with its greeting; older
-    /// or broken ones met on the way are closed. When none is idle but one
+    /// (and, when kept longer than [`CHECK_DELAY`], answers [`CHECK`] within
+    /// `limit`), with its greeting; older or broken ones met on the way are
+    /// closed. When none is idle but one
     /// of `key` is being reset on its way back, the session waits for it
     /// (within `limit`), as a PgBouncer client waits for a server of its
     /// pool: a connection-per-transaction client logs in again while its
     /// last session's connection is still being reset, and a new login
     /// would cost the replica a backend each time.
-    pub async fn take(&self, key: &Key, limit: Duration) -> Option<(TcpStream, Vec<u8>)> {
+    pub async fn take(&self, key: &Key, limit: Duration) -> Option<(std::net::TcpStream, Vec<u8>)> {
         let until = tokio::time::Instant::now() + limit;
         loop {
             let released = self.released.notified();
             tokio::pin!(released);
             released.as_mut().enable();
             match self.pop(key) {
+                Some(c) if c.since.elapsed() < CHECK_DELAY => {
+                    // Left out of tokio's epoll: a pump relays it.
+                    self.reused.fetch_add(1, Ordering::Relaxed);
+                    return Some((c.stream, c.greeting));
+                }
                 Some(c) => {
                     let Ok(mut stream) = TcpStream::from_std(c.stream) else { continue };
-                    if let Ok(true) = tokio::time::timeout(limit, ask(&mut stream, &RESUME)).await {
+                    if let Ok(true) = tokio::time::timeout(limit, ask(&mut stream, &CHECK)).await {
+                        let Ok(stream) = stream.into_std() else { continue };
                         self.reused.fetch_add(1, Ordering::Relaxed);
                         return Some((stream, c.greeting));
                     }
@@ -173,50 +188,80 @@ impl ServerPool {
         *roles = now.iter().map(|n| n.1).collect();
     }
 
+    /// Whether replica `r` keeps fewer connections than its share.
+    fn room(&self, r: ReplicaId) -> bool {
+        let idle = self.idle.lock().expect("server pool lock");
+        idle.iter().filter(|(k, _)| k.r == r).map(|(_, v)| v.len()).sum::<usize>() < self.per_replica
+    }
+
+    /// A session's connection coming back from a client that left with
+    /// the server idle, when its replica has room for another: counted as
+    /// being reset under its key until it is kept or dropped.
+    pub fn returning(self: &Arc<Self>, origin: Origin) -> Option<Returning> {
+        if !self.room(origin.key.r) {
+            return None;
+        }
+        *self.releasing.lock().expect("server pool lock").entry(origin.key.clone()).or_default() += 1;
+        Some(Returning { pool: self.clone(), origin })
+    }
+
     /// A session's connection back from a client that left with the
-    /// server idle: told [`RELEASE`] within `limit` and kept, unless the
-    /// replica already keeps its share or that fails (then it is closed).
-    pub async fn release(&self, origin: Origin, mut server: TcpStream, limit: Duration) {
-        let room = |idle: &HashMap<Key, Vec<Idle>>| {
-            idle.iter().filter(|(k, _)| k.r == origin.key.r).map(|(_, v)| v.len()).sum::<usize>() < self.per_replica
-        };
-        if !room(&self.idle.lock().expect("server pool lock")) {
-            return;
-        }
-        let _resetting = Releasing::new(self, &origin.key);
-        if !matches!(tokio::time::timeout(limit, ask(&mut server, &RELEASE)).await, Ok(true)) {
-            return;
-        }
-        let Ok(stream) = server.into_std() else { return };
-        let mut idle = self.idle.lock().expect("server pool lock");
-        if room(&idle) {
-            let c = Idle { stream, greeting: origin.greeting, since: Instant::now() };
-            idle.entry(origin.key).or_default().push(c);
+    /// server idle, on a task (a TLS session's, or one a pump gave back):
+    /// told [`RELEASE`] within `limit` and kept, unless the replica already
+    /// keeps its share or that fails (then it is closed). A pump resets its
+    /// sessions' connections itself ([`super::pump`]).
+    pub async fn release(self: &Arc<Self>, origin: Origin, mut server: TcpStream, limit: Duration) {
+        let Some(back) = self.returning(origin) else { return };
+        if let Ok(true) = tokio::time::timeout(limit, ask(&mut server, &RELEASE)).await {
+            if let Ok(stream) = server.into_std() {
+                back.keep(stream);
+            }
         }
     }
 }
 
-/// A connection being reset on its way back, counted under its key while
-/// it is; its end (kept or not) is told to the sessions waiting.
-struct Releasing<'a> {
-    pool: &'a ServerPool,
-    key: Key,
+/// A connection on its way back to be kept ([`ServerPool::returning`]):
+/// sent [`Returning::reset`], then kept once [`Returning::answered`] says
+/// the server answered it idle. Dropped unkept, the connection is closed;
+/// either way the sessions waiting for one of its key are told.
+pub(super) struct Returning {
+    pool: Arc<ServerPool>,
+    origin: Origin,
 }
 
-impl<'a> Releasing<'a> {
-    fn new(pool: &'a ServerPool, key: &Key) -> Releasing<'a> {
-        *pool.releasing.lock().expect("server pool lock").entry(key.clone()).or_default() += 1;
-        Releasing { pool, key: key.clone() }
+impl Returning {
+    /// What the server is sent: [`RELEASE`], as Query messages.
+    pub fn reset() -> Vec<u8> {
+        RELEASE.iter().flat_map(|s| query(s)).collect()
+    }
+
+    /// Whether the server's answer to [`Returning::reset`], as far as
+    /// `buf` holds it, is whole: `Some(true)` when it succeeded and left
+    /// the server idle with nothing after, `Some(false)` when it failed,
+    /// `None` while more is to come.
+    pub fn answered(buf: &[u8]) -> Option<bool> {
+        answered(RELEASE.len(), buf)
+    }
+
+    /// Keeps `stream`, its reset answered idle (closed instead when the
+    /// replica's share filled meanwhile).
+    pub fn keep(self, stream: std::net::TcpStream) {
+        let mut idle = self.pool.idle.lock().expect("server pool lock");
+        let r = self.origin.key.r;
+        if idle.iter().filter(|(k, _)| k.r == r).map(|(_, v)| v.len()).sum::<usize>() < self.pool.per_replica {
+            let c = Idle { stream, greeting: self.origin.greeting.clone(), since: Instant::now() };
+            idle.entry(self.origin.key.clone()).or_default().push(c);
+        }
     }
 }
 
-impl Drop for Releasing<'_> {
+impl Drop for Returning {
     fn drop(&mut self) {
         let mut releasing = self.pool.releasing.lock().expect("server pool lock");
-        if let Some(n) = releasing.get_mut(&self.key) {
+        if let Some(n) = releasing.get_mut(&self.origin.key) {
             *n -= 1;
             if *n == 0 {
-                releasing.remove(&self.key);
+                releasing.remove(&self.origin.key);
             }
         }
         drop(releasing);
@@ -241,22 +286,46 @@ fn query(sql: &str) -> Vec<u8> {
     m
 }
 
-/// Sends each of `sqls` as a Query at once and reads their answers: true
-/// when none failed and the last left the server idle outside a
-/// transaction, with nothing after it.
+/// The most bytes an answer to the proxy's own queries may take.
+const MAX_ANSWER: usize = 1 << 16;
+
+/// Whether the answers to `asked` Queries, as far as `buf` holds them, are
+/// whole: `Some(true)` when none failed and the last left the server idle
+/// outside a transaction with nothing after it, `Some(false)` when one
+/// failed (or they passed [`MAX_ANSWER`] bytes), `None` while more is to
+/// come.
+fn answered(asked: usize, buf: &[u8]) -> Option<bool> {
+    let (mut at, mut status) = (0, 0);
+    for _ in 0..asked {
+        let Some(g) = late_class::greeting(&buf[at..]) else {
+            return (buf.len() > MAX_ANSWER).then_some(false);
+        };
+        if g.error.is_some() {
+            return Some(false);
+        }
+        at += g.used;
+        status = buf[at - 1];
+    }
+    Some(at == buf.len() && status == b'I')
+}
+
+/// Sends each of `sqls` as a Query at once and reads their answers:
+/// [`answered`]'s verdict (false when the connection fails first).
 async fn ask(server: &mut TcpStream, sqls: &[&str]) -> bool {
     let sent: Vec<u8> = sqls.iter().flat_map(|s| query(s)).collect();
     if server.write_all(&sent).await.is_err() {
         return false;
     }
-    let (mut buf, mut status) = (BytesMut::with_capacity(256), 0);
-    for _ in sqls {
-        match read_ready(server, &mut buf, 1 << 16).await {
-            Ok((g, s)) if g.error.is_none() => status = s,
-            _ => return false,
+    let mut buf = BytesMut::with_capacity(256);
+    loop {
+        if let Some(verdict) = answered(sqls.len(), &buf) {
+            return verdict;
+        }
+        buf.reserve(1024);
+        if !matches!(server.read_buf(&mut buf).await, Ok(n) if n > 0) {
+            return false;
         }
     }
-    buf.is_empty() && status == b'I'
 }
 
 /// Reads the server's messages through its next ReadyForQuery into `buf`
@@ -407,32 +476,38 @@ mod tests {
         drop(peers);
     }
 
+    /// Whether `peer` has been sent nothing (within 50 ms).
+    fn told_nothing(peer: &mut std::net::TcpStream) -> bool {
+        peer.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        let mut b = [0u8; 1];
+        matches!(peer.read(&mut b), Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut))
+    }
+
     #[tokio::test]
-    async fn a_connection_is_kept_only_when_its_reset_succeeds_and_resumes_its_name() {
-        let kept_ok = [done("DISCARD ALL", b'I'), done("SET", b'I')].concat();
+    async fn a_connection_is_kept_only_when_its_reset_succeeds_and_is_handed_out_unasked() {
+        let kept_ok = done("DISCARD ALL", b'I');
         for (answer, kept) in [
             (kept_ok.clone(), true),
-            ([b"E\0\0\0\x05\0Z\0\0\0\x05I".to_vec(), done("SET", b'I')].concat(), false),
-            ([done("DISCARD ALL", b'I'), done("SET", b'T')].concat(), false),
+            (b"E\0\0\0\x05\0Z\0\0\0\x05I".to_vec(), false),
+            (done("DISCARD ALL", b'T'), false),
             ([kept_ok.clone(), b"N".to_vec()].concat(), false),
         ] {
-            let pool = ServerPool::new(1, Duration::from_secs(60));
+            let pool = Arc::new(ServerPool::new(1, Duration::from_secs(60)));
             let (ours, peer) = pair();
             let answering = answers(peer, &RELEASE, answer);
             let origin = Origin { key: key(0), greeting: b"greeting".to_vec() };
             pool.release(origin, TcpStream::from_std(ours).unwrap(), Duration::from_secs(5)).await;
-            let peer = answering.join().unwrap();
+            let mut peer = answering.join().unwrap();
             let idle = pool.idle.lock().unwrap().get(&key(0)).map_or(0, Vec::len);
             assert_eq!(idle, usize::from(kept));
             if kept {
-                let resuming = answers(peer, &RESUME, done("RESET", b'I'));
-                let (_, greeting) = pool.take(&key(0), Duration::from_secs(5)).await.expect("taken");
+                let (_server, greeting) = pool.take(&key(0), Duration::from_secs(5)).await.expect("taken");
                 assert_eq!(greeting, b"greeting");
                 assert_eq!(pool.reused.load(Ordering::Relaxed), 1);
-                drop(resuming.join().unwrap());
+                assert!(told_nothing(&mut peer), "a connection kept for less than CHECK_DELAY is not asked anything");
             }
         }
-        let pool = ServerPool::new(1, Duration::from_secs(60));
+        let pool = Arc::new(ServerPool::new(1, Duration::from_secs(60)));
         let (ours, peer) = pair();
         let answering = answers(peer, &RELEASE, kept_ok);
         pool.release(
@@ -454,11 +529,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_session_waits_for_a_connection_of_its_key_being_reset_rather_than_log_in() {
-        let pool = ServerPool::new(4, Duration::from_secs(60));
+        let pool = Arc::new(ServerPool::new(4, Duration::from_secs(60)));
         assert!(pool.take(&key(0), Duration::from_secs(5)).await.is_none(), "none idle, none being reset");
-        let resetting = Releasing::new(&pool, &key(0));
-        let (ours, peer) = pair();
-        let resuming = answers(peer, &RESUME, done("RESET", b'I'));
+        let origin = |k: Key| Origin { key: k, greeting: vec![] };
+        let resetting = pool.returning(origin(key(0))).expect("room");
+        let (ours, _peer) = pair();
         let back = async {
             tokio::time::sleep(Duration::from_millis(100)).await;
             keep(&pool, key(0), ours);
@@ -468,10 +543,46 @@ mod tests {
         let (taken, ()) = tokio::join!(pool.take(&k, Duration::from_secs(5)), back);
         assert!(taken.is_some(), "the connection that came back, not a new login");
         assert!(pool.releasing.lock().unwrap().is_empty());
-        drop(resuming.join().unwrap());
-        let _other = Releasing::new(&pool, &key(1));
+        let _other = pool.returning(origin(key(1))).expect("room");
         let asked = Instant::now();
         assert!(pool.take(&key(0), Duration::from_secs(30)).await.is_none());
         assert!(asked.elapsed() < Duration::from_secs(10), "another key's reset is not waited for");
+    }
+
+    #[test]
+    fn an_answer_is_whole_at_its_ready_for_query_and_good_only_idle_with_nothing_after() {
+        let ok = done("DISCARD ALL", b'I');
+        assert_eq!(answered(1, &ok), Some(true));
+        assert_eq!(answered(1, &ok[..ok.len() - 1]), None, "ReadyForQuery not whole yet");
+        assert_eq!(answered(2, &ok), None, "the second answer is to come");
+        assert_eq!(answered(2, &[ok.clone(), ok.clone()].concat()), Some(true));
+        assert_eq!(answered(1, &done("DISCARD ALL", b'T')), Some(false), "in a transaction");
+        assert_eq!(answered(1, &[ok.clone(), b"N".to_vec()].concat()), Some(false), "something after");
+        assert_eq!(answered(1, b"E\0\0\0\x05\0Z\0\0\0\x05I"), Some(false), "an error");
+        let endless = [b"N\0\x01\0\x04".to_vec(), vec![b'x'; MAX_ANSWER + 8]].concat();
+        assert_eq!(answered(1, &endless), Some(false), "past the bound with no ReadyForQuery");
+        assert_eq!(Returning::reset(), query("DISCARD ALL"));
+    }
+
+    #[tokio::test]
+    async fn a_connection_kept_longer_than_the_check_delay_is_checked_first() {
+        let old = Instant::now().checked_sub(CHECK_DELAY + Duration::from_secs(1)).expect("uptime past the delay");
+        let select1 = b"T\0\0\0\x21\0\x01?column?\0\0\0\0\0\0\0\0\0\0\x17\0\x04\xff\xff\xff\xff\0\0";
+        for (answer, handed) in [
+            ([&select1[..], b"D\0\0\0\x0b\0\x01\0\0\0\x011", &done("SELECT 1", b'I')].concat(), true),
+            (b"E\0\0\0\x05\0Z\0\0\0\x05I".to_vec(), false),
+        ] {
+            let pool = ServerPool::new(4, Duration::from_secs(3600));
+            let (ours, peer) = pair();
+            pool.idle.lock().unwrap().entry(key(0)).or_default().push(Idle {
+                stream: ours,
+                greeting: vec![],
+                since: old,
+            });
+            let checking = answers(peer, &CHECK, answer);
+            let taken = pool.take(&key(0), Duration::from_secs(5)).await;
+            drop(checking.join().unwrap());
+            assert_eq!(taken.is_some(), handed, "handed out only when the check is answered idle");
+        }
     }
 }

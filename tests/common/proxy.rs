@@ -92,7 +92,8 @@ impl Cluster {
     }
 
     /// Per replica (r1..r5, None when down): its sessions whose
-    /// application_name starts with premium / free.
+    /// application_name starts with premium / free (not the proxy's kept
+    /// connections, idle since their `DISCARD ALL`).
     pub fn classes_seen(&self, up: &[bool]) -> Vec<Option<(u32, u32)>> {
         (0..5)
             .map(|r| {
@@ -100,7 +101,10 @@ impl Cluster {
                     let count = |p: &str| {
                         self.psql(
                             r,
-                            &format!("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE '{p}%'"),
+                            &format!(
+                                "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE '{p}%' \
+                                 AND query IS DISTINCT FROM 'DISCARD ALL'"
+                            ),
                         )
                         .parse()
                         .unwrap()

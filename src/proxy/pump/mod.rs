@@ -8,10 +8,15 @@
 //!
 //! Tokio keeps everything else (the login, admission, the proxy's own login
 //! to the replica, TLS sessions, and a session's FATAL and cancel at its
-//! end). A session crosses threads twice: when its relay begins (a channel
-//! and the pump's waker) and when it ends (a oneshot back to its task,
-//! with the server bytes read but not yet delivered, so a FATAL still
-//! arrives at a message boundary).
+//! end). A session crosses to a pump when its relay begins (a channel and
+//! the pump's waker) and its task ends there. A quiet end stays on the
+//! pump: the client's socket is closed, the session's end told (its
+//! follower dropped), and a server connection that may be kept is sent
+//! its reset and kept once the answer comes ([`returns`]), so a
+//! connection-per-transaction client's session wakes tokio only at its
+//! login. Any other end goes back to tokio (the `ends` channel), with the
+//! server bytes read but not yet delivered, so a FATAL still arrives at a
+//! message boundary.
 //!
 //! A short read spends a socket's readiness (epoll is edge-triggered, so
 //! new bytes bring a new event), unless the peer's close came with it,
@@ -25,11 +30,15 @@ use mio::net::TcpStream;
 use mio::{event::Event, Events, Interest, Poll, Registry, Token, Waker};
 use slab::Slab;
 use std::io::{self, ErrorKind, Read, Write};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use tokio::sync::oneshot;
+use tokio::sync::mpsc as ends;
+
+mod returns;
+use super::server_pool::Returning;
+use returns::Returns;
 
 /// Size of each direction's buffer.
 pub(super) const CHUNK: usize = 16 * 1024;
@@ -73,6 +82,9 @@ pub(super) trait Follow: Send + 'static {
     /// [`End::Reusable`] after a withheld Terminate (the session is over at
     /// once), else [`End::Quiet`].
     fn client_closed(&self) -> End;
+    /// The session ended [`End::Reusable`]: its server connection's way
+    /// back to be kept, when it may be.
+    fn kept(&mut self) -> Option<Returning>;
 }
 
 /// The token of a pump's waker (sessions' tokens are `2i` for the client's
@@ -84,19 +96,16 @@ struct Handed<F> {
     client: TcpStream,
     server: TcpStream,
     flow: F,
-    done: oneshot::Sender<Back<F>>,
 }
 
 impl<F> Handed<F> {
-    /// The session, unrelayed, as ended by `end`, and where it goes back.
-    fn back(self, end: End) -> (Back<F>, oneshot::Sender<Back<F>>) {
-        let back =
-            Back { end, flow: self.flow, client: self.client.into(), server: self.server.into(), held: Vec::new() };
-        (back, self.done)
+    /// The session, unrelayed, as ended by `end`.
+    fn back(self, end: End) -> Back<F> {
+        Back { end, flow: self.flow, client: self.client.into(), server: self.server.into(), held: Vec::new() }
     }
 }
 
-/// A session given back to its task at its end.
+/// A session given back to tokio at an end that is not quiet.
 pub(super) struct Back<F> {
     pub end: End,
     pub flow: F,
@@ -113,54 +122,66 @@ pub(super) struct Pumps<F> {
     pumps: Vec<Pump<F>>,
     turn: AtomicUsize,
     stop: Arc<AtomicBool>,
+    /// Where sessions go back to tokio.
+    ends: ends::UnboundedSender<Back<F>>,
 }
 
 /// One pump thread's way in.
 struct Pump<F> {
     queue: mpsc::Sender<Handed<F>>,
     waker: Arc<Waker>,
+    /// Set while the thread sleeps in (or is about to enter) its epoll
+    /// wait: only then does a handed session need the waker (an eventfd
+    /// write and the thread's wake-up); a thread at work takes it from the
+    /// queue at its next turn.
+    asleep: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl<F: Follow> Pumps<F> {
-    /// Starts `threads` pump threads; fails with the cause when an epoll or
-    /// a thread cannot be made.
-    pub fn start(threads: usize) -> io::Result<Pumps<F>> {
+    /// Starts `threads` pump threads, which send the sessions that end
+    /// other than quietly to `ends` and give a server connection's reset
+    /// at most `reset_limit`; fails with the cause when an epoll or a
+    /// thread cannot be made.
+    pub fn start(threads: usize, ends: ends::UnboundedSender<Back<F>>, reset_limit: Duration) -> io::Result<Pumps<F>> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut pumps = Vec::with_capacity(threads);
         for i in 0..threads {
             let poll = Poll::new()?;
             let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
             let (queue, rx) = mpsc::channel();
-            let stop = stop.clone();
-            let thread =
-                std::thread::Builder::new().name(format!("plbbench-pump-{i}")).spawn(move || run(poll, &rx, &stop))?;
-            pumps.push(Pump { queue, waker, thread: Mutex::new(Some(thread)) });
+            let (stop, ends, asleep) = (stop.clone(), ends.clone(), Arc::new(AtomicBool::new(false)));
+            let way = Way { queue: rx, asleep: asleep.clone() };
+            let thread = std::thread::Builder::new()
+                .name(format!("plbbench-pump-{i}"))
+                .spawn(move || run(poll, &way, &stop, &ends, reset_limit))?;
+            pumps.push(Pump { queue, waker, asleep, thread: Mutex::new(Some(thread)) });
         }
-        Ok(Pumps { pumps, turn: AtomicUsize::new(0), stop })
+        Ok(Pumps { pumps, turn: AtomicUsize::new(0), stop, ends })
     }
 
-    /// Relays a session on the next pump in turn until it ends; `None`
-    /// when its sockets could not leave this task's event loop or the pump
-    /// is gone without answering (the flow is dropped then).
-    pub async fn relay(
-        &self,
-        client: tokio::net::TcpStream,
-        server: tokio::net::TcpStream,
-        flow: F,
-    ) -> Option<Back<F>> {
-        let (client, server) = (client.into_std().ok()?, server.into_std().ok()?);
-        let (done, back) = oneshot::channel();
-        let handed = Handed { client: TcpStream::from_std(client), server: TcpStream::from_std(server), flow, done };
+    /// Hands a session to the next pump in turn, which relays it to its
+    /// end (given back to `ends` at once when the pump is gone).
+    pub fn relay(&self, client: std::net::TcpStream, server: std::net::TcpStream, flow: F) {
+        let handed = Handed { client: TcpStream::from_std(client), server: TcpStream::from_std(server), flow };
         let pump = &self.pumps[self.turn.fetch_add(1, Ordering::Relaxed) % self.pumps.len()];
-        if let Err(mpsc::SendError(h)) = pump.queue.send(handed) {
-            return Some(h.back(End::Stop).0);
+        match pump.queue.send(handed) {
+            Ok(()) => {
+                // A fence on both sides (between the queue and the flag):
+                // either this sees the thread asleep, or the thread sees
+                // the session in its queue before it sleeps.
+                fence(Ordering::SeqCst);
+                if pump.asleep.load(Ordering::SeqCst) {
+                    let _ = pump.waker.wake();
+                }
+            }
+            Err(mpsc::SendError(h)) => {
+                let _ = self.ends.send(h.back(End::Stop));
+            }
         }
-        let _ = pump.waker.wake();
-        back.await.ok()
     }
 
-    /// Ends every session with [`End::Stop`] (each goes back to its task)
+    /// Ends every session with [`End::Stop`] (each goes back to tokio)
     /// and waits for the threads; later sessions are given back at once.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
@@ -310,18 +331,40 @@ impl<F: Follow> Piped<F> {
     }
 }
 
-/// A pump thread's loop: takes sessions from `queue`, copies their bytes,
-/// gives each back at its end; ends when `stop` is set (giving back every
-/// session it holds) or its epoll fails.
-fn run<F: Follow>(mut poll: Poll, queue: &mpsc::Receiver<Handed<F>>, stop: &AtomicBool) {
+/// A pump thread's way in: its queue, and whether it sleeps.
+struct Way<F> {
+    queue: mpsc::Receiver<Handed<F>>,
+    asleep: Arc<AtomicBool>,
+}
+
+/// A pump thread's loop: takes sessions from its queue, copies their bytes,
+/// ends each at its end ([`ended`]); ends when `stop` is set (giving back
+/// every session it holds) or its epoll fails.
+fn run<F: Follow>(
+    mut poll: Poll,
+    way: &Way<F>,
+    stop: &AtomicBool,
+    ends: &ends::UnboundedSender<Back<F>>,
+    reset_limit: Duration,
+) {
     let mut events = Events::with_capacity(1024);
     let mut sessions: Slab<Piped<F>> = Slab::new();
+    let mut returns = Returns::new(reset_limit);
     let (mut due, mut owed) = (Vec::new(), Vec::new());
     // Set only with a wake-up ([`Pumps::stop`] wakes every pump).
     let mut stopping = false;
     loop {
-        let wait = if owed.is_empty() { None } else { Some(Duration::ZERO) };
-        match poll.poll(&mut events, wait) {
+        let wait = if owed.is_empty() { returns.wait() } else { Some(Duration::ZERO) };
+        way.asleep.store(wait != Some(Duration::ZERO), Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        // Sessions handed while the thread was at work, or just before it
+        // said it sleeps (their events come with the first poll).
+        while let Ok(h) = way.queue.try_recv() {
+            admit(poll.registry(), &mut sessions, h, ends);
+        }
+        let polled = poll.poll(&mut events, wait);
+        way.asleep.store(false, Ordering::SeqCst);
+        match polled {
             Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(_) => break,
@@ -330,9 +373,10 @@ fn run<F: Follow>(mut poll: Poll, queue: &mpsc::Receiver<Handed<F>>, stop: &Atom
         for ev in events.iter() {
             if ev.token() == WAKE {
                 stopping = stop.load(Ordering::SeqCst);
-                while let Ok(h) = queue.try_recv() {
-                    admit(poll.registry(), &mut sessions, h);
-                }
+                continue;
+            }
+            if Returns::owns(ev.token()) {
+                returns.ready(poll.registry(), ev.token());
                 continue;
             }
             let (i, server_side) = (ev.token().0 / 2, ev.token().0 % 2 == 1);
@@ -359,23 +403,28 @@ fn run<F: Follow>(mut poll: Poll, queue: &mpsc::Receiver<Handed<F>>, stop: &Atom
                     p.queued = true;
                     owed.push(i);
                 }
-                Drive::Over(end) => give_back(poll.registry(), sessions.remove(i), end),
+                Drive::Over(end) => ended(poll.registry(), sessions.remove(i), end, &mut returns, ends),
             }
         }
+        returns.expire(poll.registry());
     }
     for p in sessions.drain() {
-        give_back(poll.registry(), p, End::Stop);
+        give_back(poll.registry(), p, End::Stop, ends);
     }
-    while let Ok(h) = queue.try_recv() {
-        let (back, done) = h.back(End::Stop);
-        let _ = done.send(back);
+    while let Ok(h) = way.queue.try_recv() {
+        let _ = ends.send(h.back(End::Stop));
     }
 }
 
 /// Registers a handed session's sockets (edge-triggered: bytes already
 /// there bring an event at once); a session that cannot be registered is
 /// given back as lost.
-fn admit<F: Follow>(registry: &Registry, sessions: &mut Slab<Piped<F>>, h: Handed<F>) {
+fn admit<F: Follow>(
+    registry: &Registry,
+    sessions: &mut Slab<Piped<F>>,
+    h: Handed<F>,
+    ends: &ends::UnboundedSender<Back<F>>,
+) {
     let entry = sessions.vacant_entry();
     let i = entry.key();
     let mut p = Piped { h, up: Pipe::new(), down: Pipe::new(), queued: false };
@@ -387,17 +436,42 @@ fn admit<F: Follow>(registry: &Registry, sessions: &mut Slab<Piped<F>>, h: Hande
         Ok(()) => {
             entry.insert(p);
         }
-        Err(_) => give_back(registry, p, End::Lost),
+        Err(_) => give_back(registry, p, End::Lost, ends),
     }
 }
 
-/// Gives a session back to its task, with the server bytes it holds.
-fn give_back<F>(registry: &Registry, mut p: Piped<F>, end: End) {
+/// A session's end on its pump: a quiet one with nothing left for the
+/// client is finished here (the client's socket closed, the follower
+/// dropped, the server connection reset to be kept when it may be, else
+/// closed); any other goes back to tokio.
+fn ended<F: Follow>(
+    registry: &Registry,
+    mut p: Piped<F>,
+    end: End,
+    returns: &mut Returns,
+    ends: &ends::UnboundedSender<Back<F>>,
+) {
+    if !matches!(end, End::Quiet | End::Reusable) || p.down.from < p.down.to {
+        return give_back(registry, p, end, ends);
+    }
+    // Closing a socket takes it out of the epoll (no other descriptor
+    // shares it); only a kept server's is deregistered (by `returns`), as
+    // it stays open.
+    let _ = p.h.client.shutdown(std::net::Shutdown::Write);
+    let kept = if end == End::Reusable { p.h.flow.kept() } else { None };
+    let Handed { client, server, flow } = p.h;
+    drop((client, flow));
+    if let Some(back) = kept {
+        returns.begin(registry, server, back);
+    }
+}
+
+/// Gives a session back to tokio, with the server bytes it holds.
+fn give_back<F>(registry: &Registry, mut p: Piped<F>, end: End, ends: &ends::UnboundedSender<Back<F>>) {
     let _ = registry.deregister(&mut p.h.client);
     let _ = registry.deregister(&mut p.h.server);
-    let (mut back, done) = p.h.back(end);
-    back.held = p.down.held();
-    let _ = done.send(back);
+    let held = p.down.held();
+    let _ = ends.send(Back { held, ..p.h.back(end) });
 }
 
 #[cfg(test)]
