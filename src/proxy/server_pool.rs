@@ -188,10 +188,15 @@ impl ServerPool {
         *roles = now.iter().map(|n| n.1).collect();
     }
 
+    /// How many connections replica `r` keeps.
+    pub fn kept_for(&self, r: ReplicaId) -> usize {
+        let idle = self.idle.lock().expect("server pool lock");
+        idle.iter().filter(|(k, _)| k.r == r).map(|(_, v)| v.len()).sum()
+    }
+
     /// Whether replica `r` keeps fewer connections than its share.
     fn room(&self, r: ReplicaId) -> bool {
-        let idle = self.idle.lock().expect("server pool lock");
-        idle.iter().filter(|(k, _)| k.r == r).map(|(_, v)| v.len()).sum::<usize>() < self.per_replica
+        self.kept_for(r) < self.per_replica
     }
 
     /// A session's connection coming back from a client that left with
@@ -246,8 +251,8 @@ impl Returning {
     /// Keeps `stream`, its reset answered idle (closed instead when the
     /// replica's share filled meanwhile).
     pub fn keep(self, stream: std::net::TcpStream) {
-        let mut idle = self.pool.idle.lock().expect("server pool lock");
         let r = self.origin.key.r;
+        let mut idle = self.pool.idle.lock().expect("server pool lock");
         if idle.iter().filter(|(k, _)| k.r == r).map(|(_, v)| v.len()).sum::<usize>() < self.pool.per_replica {
             let c = Idle { stream, greeting: self.origin.greeting.clone(), since: Instant::now() };
             idle.entry(self.origin.key.clone()).or_default().push(c);

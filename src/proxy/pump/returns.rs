@@ -119,3 +119,78 @@ impl Returns {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::model::ReplicaId;
+    use crate::proxy::server_pool::{Key, Origin, ServerPool};
+    use mio::{Events, Poll};
+    use std::sync::Arc;
+
+    /// A pump's end of a connection (registered as a session's server
+    /// would be) and the replica's end.
+    fn pair(poll: &Poll) -> (TcpStream, std::net::TcpStream) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let ours = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (peer, _) = l.accept().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let mut ours = TcpStream::from_std(ours);
+        poll.registry().register(&mut ours, Token(1), Interest::READABLE | Interest::WRITABLE).unwrap();
+        (ours, peer)
+    }
+
+    fn origin() -> Origin {
+        Origin { key: Key { r: ReplicaId(0), database: "bench".into(), params: vec![] }, greeting: vec![] }
+    }
+
+    /// Polls until `returns` holds no connection, or 5 s pass.
+    fn settle(poll: &mut Poll, returns: &mut Returns) {
+        let mut events = Events::with_capacity(8);
+        let until = Instant::now() + Duration::from_secs(5);
+        while !returns.slab.is_empty() && Instant::now() < until {
+            poll.poll(&mut events, Some(Duration::from_millis(20))).unwrap();
+            for ev in events.iter() {
+                assert!(Returns::owns(ev.token()), "re-registered under a return's token");
+                returns.ready(poll.registry(), ev.token());
+            }
+            returns.expire(poll.registry());
+        }
+    }
+
+    #[test]
+    fn a_connection_is_kept_once_its_reset_is_answered_idle_and_closed_otherwise() {
+        let ok = b"C\0\0\0\x10DISCARD ALL\0Z\0\0\0\x05I".to_vec();
+        for (answer, kept) in [(ok.clone(), true), (b"C\0\0\0\x10DISCARD ALL\0Z\0\0\0\x05T".to_vec(), false)] {
+            let mut poll = Poll::new().unwrap();
+            let pool = Arc::new(ServerPool::new(4, Duration::from_secs(60)));
+            let mut returns = Returns::new(Duration::from_secs(5));
+            let (ours, mut peer) = pair(&poll);
+            returns.begin(poll.registry(), ours, pool.returning(origin()).unwrap());
+            let mut got = vec![0u8; Returning::reset().len()];
+            peer.read_exact(&mut got).unwrap();
+            assert_eq!(got, Returning::reset(), "the reset, sent by the pump");
+            peer.write_all(&answer).unwrap();
+            settle(&mut poll, &mut returns);
+            assert!(returns.slab.is_empty());
+            assert_eq!(pool.kept_for(ReplicaId(0)), usize::from(kept), "{answer:?}");
+        }
+    }
+
+    #[test]
+    fn a_reset_not_answered_by_its_deadline_closes_the_connection() {
+        let mut poll = Poll::new().unwrap();
+        let pool = Arc::new(ServerPool::new(4, Duration::from_secs(60)));
+        let mut returns = Returns::new(Duration::from_millis(100));
+        let (ours, mut peer) = pair(&poll);
+        returns.begin(poll.registry(), ours, pool.returning(origin()).unwrap());
+        assert!(returns.wait().is_some_and(|w| w <= Duration::from_millis(100)), "the pump wakes for the deadline");
+        settle(&mut poll, &mut returns);
+        assert!(returns.slab.is_empty() && returns.wait().is_none());
+        assert_eq!(pool.kept_for(ReplicaId(0)), 0);
+        peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut rest = Vec::new();
+        peer.read_to_end(&mut rest).unwrap();
+        assert_eq!(rest, Returning::reset(), "the replica saw the reset, then the close");
+    }
+}
