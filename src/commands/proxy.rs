@@ -125,7 +125,15 @@ pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
     };
     let member = member(&args, &cfg, &plan, listen)?;
     let interrupted = catch_signals();
-    let (cluster, _) = open_cluster(&plan)?;
+    let (cluster, _) = open_cluster(&plan).map_err(|e| match &member {
+        // A tier without its cluster is bad input: the tier is the
+        // cluster's.
+        Some(m) => {
+            let why = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+            input("--tier", format!("tier {}: no reachable cluster: {why}", m.me.tier))
+        }
+        None => e,
+    })?;
     if interrupted.load(Ordering::SeqCst) {
         drop(cluster);
         return Err(Error::Run(anyhow::anyhow!("interrupted while the cluster was starting; it was removed")));

@@ -144,7 +144,12 @@ pub(super) async fn elect(shared: Arc<Shared>, joined: Joined) {
         let next = t.state().view.fence.next();
         match decide(t.me.peer, standing, &seen, next) {
             Step::Lead(generation) => {
-                let extra = unreported(&shared).await;
+                // The tier's first leader has nothing to rebuild: every
+                // member reports its sessions when it joins.
+                let extra = match generation {
+                    1 => vec![[0; 2]; shared.replicas.len()],
+                    _ => unreported(&shared).await,
+                };
                 lead(&shared, &t, generation, extra, conn.as_ref().map_or(0, |c| c.r));
                 expire_at = Some(shared.now() + UNREPORTED_S);
             }
