@@ -275,6 +275,9 @@ fn cancel_through_another_member(rt: &tokio::runtime::Runtime, holder: &Member, 
     let ended = ended.expect("the query ends within 20 s").unwrap();
     assert_eq!(ended, Err("57014".to_string()), "cancelled (query_canceled)");
     assert!(began.elapsed() < Duration::from_secs(10), "{:?}", began.elapsed());
+    // The client is gone with its task: let its connection say Terminate
+    // (the runtime runs only inside block_on).
+    rt.block_on(async { tokio::time::sleep(Duration::from_millis(500)).await });
 }
 
 /// Bad membership: one line, exit 2, naming the flag.

@@ -78,9 +78,16 @@ async fn follower(shared: Arc<Shared>, sock: TcpStream, n: u64) {
     let (tx, mut rx) = mpsc::unbounded_channel::<String>();
     {
         let mut s = t.state();
-        let super::Standing::Leader { generation: ours } = s.standing else { return };
-        if generation > ours {
-            return;
+        let super::Standing::Leader { generation: was } = s.standing else { return };
+        let ours = wire::above(was, generation);
+        if ours != was {
+            s.standing = super::Standing::Leader { generation: ours };
+            s.seq = 0;
+            s.view.fence.lead(ours, 0);
+            eprintln!(
+                "plbbench proxy: tier {}: peer {} leads, generation {ours} (peer {peer} had applied {generation})",
+                t.me.tier, t.me.peer
+            );
         }
         if s.books.has(peer) {
             // The same member again (its old connection not yet seen

@@ -109,6 +109,17 @@ impl Fence {
     }
 }
 
+/// The generation a leader at `ours` goes on at once a follower says it
+/// applied `theirs`: above it (a member that won the lock before it had
+/// applied any vector started low), else its own.
+pub fn above(ours: u64, theirs: u64) -> u64 {
+    if theirs >= ours {
+        theirs + 1
+    } else {
+        ours
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,5 +170,8 @@ mod tests {
         assert_eq!(f.generation(), 2);
         f.lead(3, 1);
         assert_eq!((f.generation(), f.next()), (3, 4));
+        assert_eq!(above(1, 1), 2, "a follower that applied the leader's own generation from its predecessor");
+        assert_eq!(above(1, 4), 5);
+        assert_eq!(above(5, 4), 5);
     }
 }
