@@ -16,6 +16,8 @@ use crate::core::settings::{Admission, ClusterKind};
 use crate::core::watch::Recovery;
 use crate::error::{input, Error};
 use crate::proxy::config::{parse_users, ProxyConfig};
+use crate::proxy::tier::election::{Member, MAX_APP_NAME};
+use crate::proxy::tier::{self as tier_mod, TierInput};
 use crate::proxy::tls::{self, Mode};
 use crate::proxy::{serve, ProxyInput};
 use anyhow::Context;
@@ -57,6 +59,17 @@ pub struct ProxyArgs {
     /// clients than one core can copy for). 1 to 256.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub threads: usize,
+    /// Join the tier of proxies of this name on the same cluster (docs/proxy.md, "A tier of proxies") [default:
+    /// the config's `[tier] name`, else a lone proxy].
+    #[arg(long, value_name = "NAME")]
+    pub tier: Option<String>,
+    /// This member's id in the tier, 1 to 127, unique [default: the config's `[tier] peer_id`].
+    #[arg(long, value_name = "N")]
+    pub peer_id: Option<u8>,
+    /// Where this member serves the tier's role feed when it leads [default: the config's `[tier] feed_listen`,
+    /// else the --listen IP on a free port].
+    #[arg(long, value_name = "ADDR")]
+    pub tier_feed: Option<SocketAddr>,
     /// Write a JSON feed on stdout for the `run --via-proxy` that started this proxy.
     #[arg(long, hide = true)]
     pub feed: bool,
@@ -110,13 +123,30 @@ pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
         ),
         None => None,
     };
+    let member = member(&args, &cfg, &plan, listen)?;
     let interrupted = catch_signals();
-    let (cluster, _) = open_cluster(&plan)?;
+    let (cluster, _) = open_cluster(&plan).map_err(|e| match &member {
+        // A tier without its cluster is bad input: the tier is the
+        // cluster's.
+        Some(m) => {
+            let why = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+            input("--tier", format!("tier {}: no reachable cluster: {why}", m.me.tier))
+        }
+        None => e,
+    })?;
     if interrupted.load(Ordering::SeqCst) {
         drop(cluster);
         return Err(Error::Run(anyhow::anyhow!("interrupted while the cluster was starting; it was removed")));
     }
-    let replicas = (0..cluster.replicas()).map(|r| cluster.config(r)).collect();
+    let replicas: Vec<_> = (0..cluster.replicas()).map(|r| cluster.config(r)).collect();
+    // This thread's event loop accepts clients, logs them in, admits them and
+    // runs the probes, the ticks and the metrics endpoint; the pump threads
+    // copy the routed sessions.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
+    let tier = match member {
+        Some(m) => Some(runtime.block_on(join(m, &replicas))?),
+        None => None,
+    };
     let cluster = std::sync::Arc::new(std::sync::Mutex::new(cluster));
     let input = ProxyInput {
         listener,
@@ -136,6 +166,7 @@ pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
         threads: args.threads,
         server_pool: cfg.server_pool,
         server_idle_timeout: Duration::from_secs_f64(cfg.server_idle_timeout_s),
+        tier,
     };
     let auth = if input.users.is_some() { "scram-sha-256" } else { "trust" };
     let tls_mode = format!("{:?}", cfg.tls.mode).to_lowercase();
@@ -154,10 +185,6 @@ pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
     } else {
         println!("{say}");
     }
-    // This thread's event loop accepts clients, logs them in, admits them and
-    // runs the probes, the ticks and the metrics endpoint; the pump threads
-    // copy the routed sessions.
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
     let out = runtime.block_on(serve(input)).context("serving clients")?;
     drop(runtime);
     drop(cluster);
@@ -166,7 +193,78 @@ pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
          {} closed at the drain deadline",
         out.sessions, out.reused, out.logins, out.cut
     );
-    Ok(())
+    match out.refused {
+        Some(why) => Err(crate::error::input("--tier", why)),
+        None => Ok(()),
+    }
+}
+
+/// A tier member before it joins: its input less the control connection.
+struct Candidate {
+    me: Member,
+    feed: std::net::TcpListener,
+    retry: Duration,
+    flags: String,
+}
+
+/// The routing flags every member of a tier must share, written one way:
+/// the plan's router and watch, its probe interval and the class rule.
+fn flags_key(plan: &Plan, cfg: &ProxyConfig) -> String {
+    format!("{:?}", (&plan.router, &plan.watch, plan.probe_interval, &cfg.class))
+}
+
+/// This proxy's tier membership, checked and its feed port bound; `None`
+/// for a lone proxy.
+fn member(args: &ProxyArgs, cfg: &ProxyConfig, plan: &Plan, listen: SocketAddr) -> Result<Option<Candidate>, Error> {
+    let t = &cfg.tier;
+    let Some(name) = args.tier.clone().or_else(|| t.name.clone()) else {
+        if args.peer_id.is_some() || args.tier_feed.is_some() {
+            return Err(input("--tier", "--peer-id and --tier-feed need a tier name (--tier or [tier] name)"));
+        }
+        return Ok(None);
+    };
+    tier_mod::election::check_name(&name).map_err(|e| input("--tier", e))?;
+    let max = tier_mod::cancel_key::MAX_PEER;
+    let peer = args
+        .peer_id
+        .or(t.peer_id)
+        .ok_or_else(|| input("--peer-id", format!("a tier member needs a peer id, 1 to {max}")))?;
+    if !(1..=max).contains(&peer) {
+        return Err(input("--peer-id", format!("must be 1 to {max}, not {peer}")));
+    }
+    if args.admission != Admission::None {
+        return Err(input("--admission", "a tier routes without the admission gate: use --admission none"));
+    }
+    let at = args.tier_feed.or(t.feed_listen).unwrap_or(SocketAddr::new(listen.ip(), 0));
+    let feed = std::net::TcpListener::bind(at)
+        .and_then(|l| l.set_nonblocking(true).map(|_| l))
+        .map_err(|e| input("--tier-feed", format!("cannot listen on {at}: {e}")))?;
+    let me = Member { tier: name, peer, client: listen, feed: feed.local_addr().unwrap_or(at) };
+    if me.app_name().len() > MAX_APP_NAME {
+        return Err(input(
+            "--tier",
+            format!(
+                "{:?} is longer than PostgreSQL's {MAX_APP_NAME}-byte application_name: shorten the name",
+                me.app_name()
+            ),
+        ));
+    }
+    Ok(Some(Candidate { me, feed, retry: Duration::from_millis(t.retry_ms), flags: flags_key(plan, cfg) }))
+}
+
+/// Opens the member's control connection: refused (exit 2) when no replica
+/// answers or another member has its peer id.
+async fn join(c: Candidate, replicas: &[tokio_postgres::Config]) -> Result<TierInput, Error> {
+    let joined = tier_mod::join(replicas, &c.me).await.map_err(|e| match e {
+        tier_mod::JoinError::Unreachable(why) => {
+            input("--tier", format!("tier {}: no replica of the cluster takes a control connection: {why}", c.me.tier))
+        }
+        tier_mod::JoinError::Taken(m) => input(
+            "--peer-id",
+            format!("peer {} is already in tier {} (the member listening on {})", m.peer, m.tier, m.client),
+        ),
+    })?;
+    Ok(TierInput { me: c.me, feed: c.feed, retry: c.retry, flags: c.flags, joined })
 }
 
 /// The config file, or the defaults when there is none.

@@ -238,6 +238,24 @@ impl Controller {
         }
     }
 
+    /// Counts a session of `class` on `r` that another member of a proxy
+    /// tier routed (`proxy::tier`): no choice, no role change.
+    pub fn place(&mut self, r: ReplicaId, class: Class) {
+        self.router.place(r, class);
+    }
+
+    /// Uncounts such a session (its member left) with no role change.
+    pub fn unplace(&mut self, r: ReplicaId, class: Class) {
+        self.router.unplace(r, class);
+    }
+
+    /// Goes on from `held` (`Router::restore`): a proxy tier's new leader
+    /// takes the roles it last followed and the rebuilt counts.
+    pub fn restore(&mut self, held: &[super::router::restore::Held]) -> Result<(), String> {
+        self.router = Router::restore(self.router.config().clone(), held)?;
+        Ok(())
+    }
+
     /// Takes the events accumulated since the last call, oldest first.
     pub fn drain_events(&mut self) -> Vec<ControlEvent> {
         std::mem::take(&mut self.events)

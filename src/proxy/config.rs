@@ -74,6 +74,38 @@ pub struct ProxyConfig {
     /// A kept server connection idle this long is closed [default 60].
     #[serde(default = "server_idle_timeout_s")]
     pub server_idle_timeout_s: f64,
+    /// Membership of a tier of proxies (`--tier`, `--peer-id`,
+    /// `--tier-feed` win) [default: none, a lone proxy].
+    #[serde(default)]
+    pub tier: TierSection,
+}
+
+/// `[tier]` of a proxy config (docs/proxy.md, "A tier of proxies").
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierSection {
+    /// The tier's name: members with the same name and cluster share roles.
+    pub name: Option<String>,
+    /// This member's id in the tier, 1 to 127, unique (it is written into
+    /// the cancel keys the member hands out).
+    pub peer_id: Option<u8>,
+    /// Where the member serves its role feed when it leads [default: the
+    /// listen address's IP, any free port].
+    pub feed_listen: Option<SocketAddr>,
+    /// How often a follower tries the lock and the leader checks its
+    /// control connection, ms [default 500].
+    #[serde(default = "retry_ms")]
+    pub retry_ms: u64,
+}
+
+fn retry_ms() -> u64 {
+    500
+}
+
+impl Default for TierSection {
+    fn default() -> TierSection {
+        TierSection { name: None, peer_id: None, feed_listen: None, retry_ms: retry_ms() }
+    }
 }
 
 /// The longest any of the proxy's deadlines may be, seconds.
@@ -128,6 +160,17 @@ impl ProxyConfig {
             return Err(format!("late_class_timeout_ms: must be 1 to 3600000 ms, not {}", c.late_class_timeout_ms));
         }
         c.tls.check()?;
+        if !(50..=60_000).contains(&c.tier.retry_ms) {
+            return Err(format!("tier.retry_ms: must be 50 to 60000 ms, not {}", c.tier.retry_ms));
+        }
+        if let Some(name) = &c.tier.name {
+            super::tier::election::check_name(name).map_err(|e| format!("tier.name: {e}"))?;
+        }
+        if let Some(p) = c.tier.peer_id {
+            if !(1..=super::tier::cancel_key::MAX_PEER).contains(&p) {
+                return Err(format!("tier.peer_id: must be 1 to {}, not {p}", super::tier::cancel_key::MAX_PEER));
+            }
+        }
         if c.class.premium_prefix.is_empty() {
             return Err("class.premium_prefix: must not be empty".into());
         }
@@ -237,6 +280,17 @@ mod tests {
         assert!(e.contains("auth") && e.contains("md5"), "{e}");
         let e = ProxyConfig::parse("auth = \"trust\"\nusers_file = \"u.txt\"\n").unwrap_err();
         assert!(e.starts_with("auth:"), "{e}");
+        let e = ProxyConfig::parse("[tier]\nname = \"a b\"\n").unwrap_err();
+        assert!(e.starts_with("tier.name") && e.contains("tier name"), "{e}");
+        let e = ProxyConfig::parse("[tier]\npeer_id = 0\n").unwrap_err();
+        assert!(e.starts_with("tier.peer_id"), "{e}");
+        let e = ProxyConfig::parse("[tier]\nretry_ms = 10\n").unwrap_err();
+        assert!(e.starts_with("tier.retry_ms"), "{e}");
+        let e = ProxyConfig::parse("[tier]\nleader = 1\n").unwrap_err();
+        assert!(e.contains("leader"), "{e}");
+        let t =
+            ProxyConfig::parse("[tier]\nname = \"t1\"\npeer_id = 3\nfeed_listen = \"127.0.0.1:7000\"\n").unwrap().tier;
+        assert_eq!((t.name.as_deref(), t.peer_id, t.retry_ms), (Some("t1"), Some(3), 500));
         let e = ProxyConfig::parse("auth = \"scram-sha-256\"\n").unwrap_err();
         assert!(e.starts_with("auth:") && e.contains("users_file"), "{e}");
     }

@@ -37,7 +37,7 @@ pub async fn session(shared: &Arc<Shared>, id: u32, mut client: ClientStream, st
         Ok(p) => p,
         Err(f) => return send_fatal(&mut client, &f).await,
     };
-    let key = (rand::random::<u32>() >> 1, rand::random::<u32>());
+    let key = (shared.own_pid(), rand::random::<u32>());
     let mut hello = AUTH_OK.to_vec();
     params.iter().for_each(|p| hello.extend(p));
     hello.extend(late_class::key_data(key.0, key.1));

@@ -27,6 +27,7 @@ mod relay;
 pub mod scram;
 mod server_pool;
 pub mod startup;
+pub mod tier;
 pub mod tls;
 mod violations;
 
@@ -93,6 +94,8 @@ pub struct ProxyInput {
     /// none; see [`server_pool`]), and how long one may stay idle.
     pub server_pool: usize,
     pub server_idle_timeout: Duration,
+    /// Membership of a tier of proxies ([`tier`]), if any.
+    pub tier: Option<tier::TierInput>,
 }
 
 /// How the proxy ended.
@@ -105,6 +108,8 @@ pub struct ProxyOutcome {
     /// Logins to replicas, and sessions served on a kept connection.
     pub logins: u64,
     pub reused: u64,
+    /// The tier's leader refused this member, saying why.
+    pub refused: Option<String>,
 }
 
 /// A BackendKeyData's process id and secret key.
@@ -149,6 +154,8 @@ pub(crate) struct Shared {
     violations: Mutex<Violations>,
     /// Server connections kept for later sessions.
     pool: Arc<server_pool::ServerPool>,
+    /// This member's tier state, in a tier.
+    tier: Option<Arc<tier::Tier>>,
 }
 
 impl Shared {
@@ -171,6 +178,11 @@ impl Shared {
     /// The controller's event rows: feed lines on stdout, or lines on
     /// stderr as events.csv's rows would read.
     fn log(&self, events: Vec<ControlEvent>) {
+        if self.tier.as_ref().is_some_and(|t| !t.leading()) {
+            // A follower's controller watches health for the day it leads;
+            // the tier's roles are the leader's, and so are the events.
+            return;
+        }
         for e in events {
             let ControlEvent::Log { t_s, kind, replica, detail } = e else { continue };
             if self.feed {
@@ -195,6 +207,9 @@ impl Shared {
     /// The replica for a new session of `class`, as `run` admits one: at
     /// once, after a wait in the gate's queue, or refused with 53300.
     async fn admit(&self, id: u32, class: Class) -> Result<ReplicaId, Fatal> {
+        if let Some(t) = &self.tier {
+            return tier::admit(self, t, id, class).await;
+        }
         let waiting = match self.control(|c, now| c.request(id, class, now)) {
             Asked::Now(Some(r)) => return Ok(r),
             Asked::Now(None) => return Err(full(class, "no replica can take it now")),
@@ -304,6 +319,9 @@ impl Shared {
 
     /// A session on `r` ended; hands freed capacity to waiting sessions.
     fn ended(&self, r: ReplicaId, class: Class) {
+        if let Some(t) = &self.tier {
+            return tier::ended(self, t, r, class);
+        }
         self.control(|c, now| c.ended(r, class, now));
     }
 
@@ -318,22 +336,57 @@ impl Shared {
     }
 
     /// Passes a cancel request to the replica that issued the key (PostgreSQL
-    /// answers none; an unknown key is ignored, as a server does).
+    /// answers none; an unknown key is ignored, as a server does); in a
+    /// tier, a key another member handed out goes to that member as it came.
     async fn cancel(&self, pid: u32, key: u32) {
-        let Some((r, (pid, key))) = self.keys.lock().expect("keys lock").get(&(pid, key)).copied() else { return };
-        let cfg = &self.replicas[r.idx()];
-        let (Some(tokio_postgres::config::Host::Tcp(h)), Some(port)) =
-            (cfg.get_hosts().first(), cfg.get_ports().first())
-        else {
-            return;
+        let peer = self.tier.as_ref().and_then(|t| match tier::cancel_key::owner(t.me.peer, pid) {
+            tier::cancel_key::Owner::Peer(p) => Some(t.peer(p)),
+            tier::cancel_key::Owner::Here => None,
+        });
+        let to = match peer {
+            Some(Some(addr)) => Some((addr, (pid, key))),
+            Some(None) => None,
+            None => self.keys.lock().expect("keys lock").get(&(pid, key)).copied().and_then(|(r, k)| {
+                let cfg = &self.replicas[r.idx()];
+                match (cfg.get_hosts().first(), cfg.get_ports().first()) {
+                    (Some(tokio_postgres::config::Host::Tcp(h)), Some(port)) => {
+                        let ip = h.parse().ok().or_else(|| {
+                            std::net::ToSocketAddrs::to_socket_addrs(&(h.as_str(), 0)).ok()?.next().map(|a| a.ip())
+                        })?;
+                        Some((std::net::SocketAddr::new(ip, *port), k))
+                    }
+                    _ => None,
+                }
+            }),
         };
+        let Some((addr, (pid, key))) = to else { return };
         let mut packet = BytesMut::with_capacity(16);
         postgres_protocol::message::frontend::cancel_request(pid as i32, key as i32, &mut packet);
         let send = async {
-            let mut s = TcpStream::connect((h.as_str(), *port)).await?;
+            let mut s = TcpStream::connect(addr).await?;
             s.write_all(&packet).await
         };
         let _ = tokio::time::timeout(self.server_connect_timeout, send).await;
+    }
+
+    /// The cancel key a client of this member gets for a server's
+    /// greeting `greeting` (rewritten in place): in a tier, the server's
+    /// key with this member's peer id in it, registered; `None` otherwise
+    /// (the server's own key goes through).
+    fn tier_key(&self, r: ReplicaId, greeting: &mut [u8]) -> Option<CancelKey> {
+        let t = self.tier.as_ref()?;
+        let (server, client) = tier::cancel_key::rewrite(greeting, t.me.peer)?;
+        self.keys.lock().expect("keys lock").insert(client, (r, server));
+        Some(client)
+    }
+
+    /// A process id for the proxy's own cancel keys: in a tier, with this
+    /// member's peer id in it.
+    fn own_pid(&self) -> u32 {
+        match &self.tier {
+            Some(t) => tier::cancel_key::encode(t.me.peer, rand::random::<u32>() >> 8).expect("a peer id in range"),
+            None => rand::random::<u32>() >> 1,
+        }
     }
 }
 
@@ -355,6 +408,7 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
     let (confirms, asked) = mpsc::unbounded_channel();
     let (ends_tx, ends_rx) = mpsc::unbounded_channel();
     let mut background = Vec::new();
+    let tier_state = input.tier.as_ref().map(|t| tier::tier(t, input.control.router().config().clone()));
     let shared = Arc::new(Shared {
         start,
         control: Mutex::new(Control::new(input.control)),
@@ -377,8 +431,14 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
         confirms,
         violations: Mutex::new(Violations::default()),
         pool: Arc::new(server_pool::ServerPool::new(input.server_pool, input.server_idle_timeout)),
+        tier: tier_state,
     });
     background.push(tokio::spawn(ends(ends_rx)));
+    if let Some(t) = input.tier {
+        tier::start(&shared, t, &mut background)?;
+    }
+    let no_tier = Notify::new();
+    let refused = shared.tier.as_ref().map_or(&no_tier, |t| &t.stop);
     background.push(tokio::spawn(confirmer(shared.clone(), asked)));
     if let Some(live) = &live {
         let ctl = shared.control.lock().expect("control lock");
@@ -406,6 +466,7 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
                 tokio::spawn(connection(shared.clone(), id, sock, peer.ip(), input.login_timeout));
             }
             _ = signals.recv() => break,
+            _ = refused.notified() => break,
         }
     }
     drop(listener);
@@ -435,6 +496,7 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
         cut,
         logins: shared.pool.logins.load(Ordering::Relaxed),
         reused: shared.pool.reused.load(Ordering::Relaxed),
+        refused: shared.tier.as_ref().and_then(|t| t.refused.lock().expect("refused lock").clone()),
     })
 }
 

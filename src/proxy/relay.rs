@@ -44,8 +44,10 @@ pub async fn session(
     shared.remember_params(&pending);
     let mut to_client = AUTH_OK.to_vec();
     to_client.extend(parameter_status(REPLICA_PARAM, &r.to_string()));
+    let greeting = to_client.len();
     to_client.extend_from_slice(&pending);
-    let start = Start { to_client, to_server: Vec::new(), seen: pending, key: None };
+    let key = shared.tier_key(r, &mut to_client[greeting..]);
+    let start = Start { to_client, to_server: Vec::new(), seen: pending, key };
     finish(shared, Session { id, r, class, who, origin }, client, server, start).await;
 }
 

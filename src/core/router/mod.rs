@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 mod index;
-mod restore;
+pub mod restore;
 
 pub use restore::Held;
 

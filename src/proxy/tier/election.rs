@@ -1,0 +1,176 @@
+//! How a tier's members find each other and elect a leader through the
+//! cluster itself (docs/scale.md, "Agreeing on roles"), with no other
+//! coordination service: every member keeps a control connection to the
+//! first replica that answers, in r1..rK order, named with its identity
+//! ([`Member::app_name`], read back from `pg_stat_activity` by the others:
+//! the tier's directory); the member whose connection holds the tier's
+//! advisory lock ([`lock_key`]) leads. [`decide`] is what a member does
+//! with what it saw on its connection. Pure.
+
+use std::net::SocketAddr;
+
+/// The start of every member's `application_name`.
+const PREFIX: &str = "plbtier";
+
+/// PostgreSQL's longest `application_name` (NAMEDATALEN - 1).
+pub const MAX_APP_NAME: usize = 63;
+
+/// One member as the directory names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// The tier's name.
+    pub tier: String,
+    /// Its peer id, 1..=127, unique in the tier.
+    pub peer: u8,
+    /// Where it accepts clients (cancel requests for its sessions go there).
+    pub client: SocketAddr,
+    /// Where its feed port listens (followers connect there when it leads).
+    pub feed: SocketAddr,
+}
+
+impl Member {
+    /// Its control connection's `application_name`:
+    /// `plbtier NAME PEER CLIENT FEED`.
+    pub fn app_name(&self) -> String {
+        format!("{PREFIX} {} {} {} {}", self.tier, self.peer, self.client, self.feed)
+    }
+
+    /// A directory entry, if `app_name` is one.
+    pub fn parse(app_name: &str) -> Option<Member> {
+        let mut w = app_name.split(' ');
+        if w.next()? != PREFIX {
+            return None;
+        }
+        let m = Member {
+            tier: w.next()?.to_string(),
+            peer: w.next()?.parse().ok()?,
+            client: w.next()?.parse().ok()?,
+            feed: w.next()?.parse().ok()?,
+        };
+        w.next().is_none().then_some(m)
+    }
+}
+
+/// A tier name: 1 to 16 letters, digits, `-`, `_` or `.`.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
+    if name.is_empty() || name.len() > 16 || !name.chars().all(ok) {
+        return Err(format!("{name:?}: a tier name is 1 to 16 letters, digits, '-', '_' or '.'"));
+    }
+    Ok(())
+}
+
+/// The advisory lock of tier `name`: `pg_try_advisory_lock(int4, int4)`
+/// with a constant first key ("PLBT") and the name's FNV-1a hash, below
+/// 2^31 (so `pg_locks.objid` reads it as written).
+pub fn lock_key(name: &str) -> (i32, i32) {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in name.bytes() {
+        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    (0x504c_4254, (h & 0x7fff_ffff) as i32)
+}
+
+/// Where a member stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// It follows (or waits for) a leader.
+    Follower,
+    /// It holds the lock and runs the controller, at this generation.
+    Leader { generation: u64 },
+}
+
+/// What one round on the control connection saw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    /// Whether the connection answered (a leader's `SELECT 1`, a
+    /// follower's lock attempt).
+    pub answered: bool,
+    /// A follower's `pg_try_advisory_lock`: `Some(true)` when it got it.
+    pub won: Option<bool>,
+    /// Who holds the lock, per the directory.
+    pub holder: Option<Member>,
+}
+
+/// What a member does next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Lead from now on, at this generation.
+    Lead(u64),
+    /// The leader lost its control connection (and with it, the lock):
+    /// it stops leading at once, before any other work.
+    StepDown,
+    /// Follow the leader at this feed address.
+    Follow(SocketAddr),
+    /// Nothing changes.
+    Stay,
+}
+
+/// The step for member `me`, standing at `standing`, after `seen`;
+/// `next_generation` is one above the last generation it followed.
+pub fn decide(me: u8, standing: Standing, seen: &Seen, next_generation: u64) -> Step {
+    match standing {
+        Standing::Leader { .. } if !seen.answered => Step::StepDown,
+        Standing::Leader { .. } => Step::Stay,
+        Standing::Follower if seen.won == Some(true) => Step::Lead(next_generation),
+        Standing::Follower => match &seen.holder {
+            Some(m) if m.peer != me => Step::Follow(m.feed),
+            _ => Step::Stay,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(peer: u8) -> Member {
+        Member {
+            tier: "t1".into(),
+            peer,
+            client: "127.0.0.1:6432".parse().unwrap(),
+            feed: format!("127.0.0.1:{}", 7000 + u16::from(peer)).parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_directory_entry_reads_back() {
+        let m = member(3);
+        assert_eq!(m.app_name(), "plbtier t1 3 127.0.0.1:6432 127.0.0.1:7003");
+        assert_eq!(Member::parse(&m.app_name()), Some(m));
+        for other in ["psql", "plbtier t1 x 127.0.0.1:1 127.0.0.1:2", "plbtier t1 3 127.0.0.1:1", "premium-1"] {
+            assert_eq!(Member::parse(other), None, "{other}");
+        }
+        assert_eq!(Member::parse("plbtier t1 3 127.0.0.1:1 127.0.0.1:2 extra"), None);
+    }
+
+    #[test]
+    fn names_and_keys() {
+        assert!(check_name("orders-eu.1").is_ok());
+        for bad in ["", "a b", "x%", "seventeen-chars-x"] {
+            assert!(check_name(bad).unwrap_err().contains("tier name"), "{bad}");
+        }
+        let (a, b) = (lock_key("t1"), lock_key("t2"));
+        assert_eq!(a.0, b.0);
+        assert_ne!(a.1, b.1, "tiers on one cluster do not share a lock");
+        assert!(a.1 >= 0 && b.1 >= 0);
+        assert_eq!(lock_key("t1"), a, "every member computes the same key");
+    }
+
+    #[test]
+    fn who_leads_and_when_it_steps_down() {
+        let none = Seen { answered: true, won: Some(false), holder: None };
+        let f = Standing::Follower;
+        assert_eq!(decide(1, f, &Seen { won: Some(true), ..none.clone() }, 4), Step::Lead(4));
+        assert_eq!(decide(1, f, &none, 4), Step::Stay, "nobody holds it yet");
+        let held = Seen { holder: Some(member(2)), ..none.clone() };
+        assert_eq!(decide(1, f, &held, 4), Step::Follow(member(2).feed));
+        let me = Seen { holder: Some(member(1)), ..none.clone() };
+        assert_eq!(decide(1, f, &me, 4), Step::Stay, "its own stale entry is not a leader to follow");
+        let l = Standing::Leader { generation: 3 };
+        assert_eq!(decide(1, l, &Seen { answered: true, won: None, holder: None }, 4), Step::Stay);
+        assert_eq!(decide(1, l, &Seen { answered: false, won: None, holder: None }, 4), Step::StepDown);
+        let lost = Seen { answered: false, won: None, holder: None };
+        assert_eq!(decide(1, f, &lost, 4), Step::Stay, "a follower with no connection waits");
+    }
+}
