@@ -849,14 +849,8 @@ fn relay_threads(c: &Cluster) {
     let port = free_port();
     let stderr = c.root.join("threads.stderr");
     let mut cmd = c.plbbench(&["proxy", "--replicas", "1", "--strategy", "rr", "--T", "10", "--threads", "3"]);
-    cmd.args(["--listen", &format!("127.0.0.1:{port}")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&stderr).unwrap());
-    let mut child = cmd.spawn().unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut first = String::new();
-    out.read_line(&mut first).unwrap();
+    cmd.args(["--listen", &format!("127.0.0.1:{port}")]);
+    let (child, out, first) = spawn_proxy(cmd, &stderr);
     assert!(first.contains("3 pump threads"), "{first}");
     let mut p = Proxy { child, _out: out, port, metrics: 0, stderr };
     let together: Vec<_> = (0..4)

@@ -11,12 +11,11 @@
 
 mod common;
 use common::have_postgres;
-use common::proxy::{free_port, run_within, text, Cluster};
+use common::proxy::{self, free_port, run_within, text, Cluster};
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::BufReader;
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 /// One member: `plbbench proxy --tier t1 --peer-id N`, trust on loopback,
@@ -38,16 +37,13 @@ impl Member {
         let (port, metrics) = (free_port(), free_port());
         let stderr = c.root.join(format!("member{peer}.stderr"));
         let mut cmd = c.plbbench(&["proxy", "--tier", "t1", "--peer-id", &peer.to_string()]);
-        cmd.args(FLAGS)
-            .args(extra)
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--metrics-addr", &format!("127.0.0.1:{metrics}")])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).unwrap());
-        let mut child = cmd.spawn().unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut first = String::new();
-        out.read_line(&mut first).unwrap();
+        cmd.args(FLAGS).args(extra).args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--metrics-addr",
+            &format!("127.0.0.1:{metrics}"),
+        ]);
+        let (child, out, first) = proxy::spawn_proxy(cmd, &stderr);
         assert!(first.contains(&format!("listening on 127.0.0.1:{port}")), "member {peer} said {first:?}");
         Member { child, _out: out, peer, port, metrics, stderr }
     }
@@ -81,30 +77,12 @@ impl Member {
 
     /// The metrics endpoint: metric line -> value.
     fn scrape(&self) -> BTreeMap<String, f64> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.metrics)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-        let mut body = String::new();
-        s.read_to_string(&mut body).unwrap();
-        body.lines()
-            .filter(|l| l.starts_with("plbbench_"))
-            .filter_map(|l| l.rsplit_once(' ').and_then(|(k, v)| Some((k.to_string(), v.parse().ok()?))))
-            .collect()
+        proxy::scrape(self.metrics)
     }
 
     /// Each replica's role in its router.
     fn roles(&self) -> Vec<char> {
-        let m = self.scrape();
-        (1..=5)
-            .map(|r| {
-                ['P', 'M', 'F']
-                    .into_iter()
-                    .find(|role| {
-                        m.get(&format!("plbbench_router_role{{replica=\"r{r}\",role=\"{role}\"}}")) == Some(&1.0)
-                    })
-                    .unwrap_or('-')
-            })
-            .collect()
+        proxy::roles_in(&self.scrape())
     }
 
     /// Open sessions `[premium, freemium]` summed over the replicas in its router.

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_plbbench");
@@ -188,30 +188,12 @@ impl Proxy {
 
     /// The metrics endpoint: metric line (name with labels) -> value.
     pub fn scrape(&self) -> BTreeMap<String, f64> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.metrics)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-        let mut body = String::new();
-        s.read_to_string(&mut body).unwrap();
-        body.lines()
-            .filter(|l| l.starts_with("plbbench_"))
-            .filter_map(|l| l.rsplit_once(' ').and_then(|(k, v)| Some((k.to_string(), v.parse().ok()?))))
-            .collect()
+        scrape(self.metrics)
     }
 
     /// Each replica's role (P, M, F) per the proxy's metrics.
     pub fn roles(&self) -> Vec<char> {
-        let m = self.scrape();
-        (1..=5)
-            .map(|r| {
-                ['P', 'M', 'F']
-                    .into_iter()
-                    .find(|role| {
-                        m.get(&format!("plbbench_router_role{{replica=\"r{r}\",role=\"{role}\"}}")) == Some(&1.0)
-                    })
-                    .unwrap_or('-')
-            })
-            .collect()
+        roles_in(&self.scrape())
     }
 
     pub fn stderr(&self) -> String {
@@ -262,4 +244,41 @@ pub fn packet(code: u32, body: &[u8]) -> Vec<u8> {
     p.extend(code.to_be_bytes());
     p.extend(body);
     p
+}
+
+/// A proxy's metrics endpoint on `port`: metric line (name with labels)
+/// -> value.
+pub fn scrape(port: u16) -> BTreeMap<String, f64> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body.lines()
+        .filter(|l| l.starts_with("plbbench_"))
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(k, v)| Some((k.to_string(), v.parse().ok()?))))
+        .collect()
+}
+
+/// Each replica's role (P, M, F; `-` for none) in scraped metrics.
+pub fn roles_in(m: &BTreeMap<String, f64>) -> Vec<char> {
+    (1..=5)
+        .map(|r| {
+            ['P', 'M', 'F']
+                .into_iter()
+                .find(|role| m.get(&format!("plbbench_router_role{{replica=\"r{r}\",role=\"{role}\"}}")) == Some(&1.0))
+                .unwrap_or('-')
+        })
+        .collect()
+}
+
+/// Starts a proxy command with its stdout piped and its stderr to
+/// `stderr`: the child, its stdout, and the first line it said.
+pub fn spawn_proxy(mut cmd: Command, stderr: &Path) -> (Child, BufReader<ChildStdout>, String) {
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(std::fs::File::create(stderr).unwrap());
+    let mut child = cmd.spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    (child, out, first)
 }
