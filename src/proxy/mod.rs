@@ -344,26 +344,21 @@ impl Shared {
             tier::cancel_key::Owner::Here => None,
         });
         let to = match peer {
-            Some(Some(addr)) => Some((addr, (pid, key))),
+            Some(Some(addr)) => Some((addr.ip().to_string(), addr.port(), (pid, key))),
             Some(None) => None,
             None => self.keys.lock().expect("keys lock").get(&(pid, key)).copied().and_then(|(r, k)| {
                 let cfg = &self.replicas[r.idx()];
                 match (cfg.get_hosts().first(), cfg.get_ports().first()) {
-                    (Some(tokio_postgres::config::Host::Tcp(h)), Some(port)) => {
-                        let ip = h.parse().ok().or_else(|| {
-                            std::net::ToSocketAddrs::to_socket_addrs(&(h.as_str(), 0)).ok()?.next().map(|a| a.ip())
-                        })?;
-                        Some((std::net::SocketAddr::new(ip, *port), k))
-                    }
+                    (Some(tokio_postgres::config::Host::Tcp(h)), Some(port)) => Some((h.clone(), *port, k)),
                     _ => None,
                 }
             }),
         };
-        let Some((addr, (pid, key))) = to else { return };
+        let Some((host, port, (pid, key))) = to else { return };
         let mut packet = BytesMut::with_capacity(16);
         postgres_protocol::message::frontend::cancel_request(pid as i32, key as i32, &mut packet);
         let send = async {
-            let mut s = TcpStream::connect(addr).await?;
+            let mut s = TcpStream::connect((host.as_str(), port)).await?;
             s.write_all(&packet).await
         };
         let _ = tokio::time::timeout(self.server_connect_timeout, send).await;

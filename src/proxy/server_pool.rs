@@ -190,8 +190,7 @@ impl ServerPool {
 
     /// How many connections replica `r` keeps.
     pub fn kept_for(&self, r: ReplicaId) -> usize {
-        let idle = self.idle.lock().expect("server pool lock");
-        idle.iter().filter(|(k, _)| k.r == r).map(|(_, v)| v.len()).sum()
+        kept_in(&self.idle.lock().expect("server pool lock"), r)
     }
 
     /// Whether replica `r` keeps fewer connections than its share.
@@ -250,12 +249,19 @@ impl Returning {
 
     /// Keeps `stream`, its reset answered idle (closed instead when the
     /// replica's share filled meanwhile).
-    pub fn keep(self, stream: std::net::TcpStream) {
-        let r = self.origin.key.r;
+    pub fn keep(mut self, stream: std::net::TcpStream) {
+        let key = &self.origin.key;
         let mut idle = self.pool.idle.lock().expect("server pool lock");
-        if idle.iter().filter(|(k, _)| k.r == r).map(|(_, v)| v.len()).sum::<usize>() < self.pool.per_replica {
-            let c = Idle { stream, greeting: self.origin.greeting.clone(), since: Instant::now() };
-            idle.entry(self.origin.key.clone()).or_default().push(c);
+        if kept_in(&idle, key.r) < self.pool.per_replica {
+            // The greeting moves; the key stays for `drop`, and is copied
+            // only for a key that keeps nothing yet.
+            let c = Idle { stream, greeting: std::mem::take(&mut self.origin.greeting), since: Instant::now() };
+            match idle.get_mut(key) {
+                Some(kept) => kept.push(c),
+                None => {
+                    idle.insert(key.clone(), vec![c]);
+                }
+            }
         }
     }
 }
@@ -272,6 +278,11 @@ impl Drop for Returning {
         drop(releasing);
         self.pool.released.notify_waiters();
     }
+}
+
+/// How many connections `idle` keeps for replica `r`.
+fn kept_in(idle: &HashMap<Key, Vec<Idle>>, r: ReplicaId) -> usize {
+    idle.iter().filter(|(k, _)| k.r == r).map(|(_, v)| v.len()).sum()
 }
 
 /// Whether a kept connection's peer has neither closed nor said anything

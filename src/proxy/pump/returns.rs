@@ -105,6 +105,9 @@ impl Returns {
     /// Closes the connections whose answer did not come by their deadline,
     /// and forgets the deadlines of those already done.
     pub fn expire(&mut self, registry: &Registry) {
+        if self.deadlines.is_empty() {
+            return;
+        }
         let now = Instant::now();
         while let Some(&(at, j, serial)) = self.deadlines.front() {
             let live = self.slab.get(j).is_some_and(|r| r.serial == serial);

@@ -15,6 +15,8 @@ pub const MAX_PEER: u8 = 127;
 /// The bits of a process id a server's pid may use.
 const PID_BITS: u32 = 0x00FF_FFFF;
 
+use crate::proxy::late_class::message_len;
+
 /// A BackendKeyData's process id and secret key.
 pub type Key = (u32, u32);
 
@@ -49,16 +51,15 @@ pub fn owner(own: u8, pid: u32) -> Owner {
 /// whole BackendKeyData or its pid does not fit (left unchanged).
 pub fn rewrite(greeting: &mut [u8], peer: u8) -> Option<(Key, Key)> {
     let mut at = 0;
-    while at + 5 <= greeting.len() {
-        let len = u32::from_be_bytes(greeting[at + 1..at + 5].try_into().expect("4 bytes")) as usize;
-        if greeting[at] == b'K' && len == 12 && at + 13 <= greeting.len() {
+    while let Some((tag, len)) = greeting.get(at..).and_then(message_len) {
+        if tag == b'K' && len == 13 && at + 13 <= greeting.len() {
             let field = |i: usize| u32::from_be_bytes(greeting[i..i + 4].try_into().expect("4 bytes"));
             let (pid, secret) = (field(at + 5), field(at + 9));
             let ours = encode(peer, pid)?;
             greeting[at + 5..at + 9].copy_from_slice(&ours.to_be_bytes());
             return Some(((pid, secret), (ours, secret)));
         }
-        at += 1 + len.max(4);
+        at += len;
     }
     None
 }
@@ -109,5 +110,8 @@ mod tests {
         let mut cut = message(b'K', &key);
         cut.truncate(10);
         assert_eq!(rewrite(&mut cut, 5), None, "a partial BackendKeyData");
+        let mut long = message(b'S', b"x\x00y\x00");
+        long[4] = 200;
+        assert_eq!(rewrite(&mut long, 5), None, "a message said to run past the greeting's end");
     }
 }
