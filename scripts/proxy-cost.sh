@@ -41,6 +41,8 @@ shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/pgbouncer.sh
 source scripts/lib/pgbouncer.sh
+# shellcheck source=lib/cost.sh
+source scripts/lib/cost.sh
 rounds=${1:-3}
 secs=${2:-10}
 scale=${3:-10}
@@ -91,8 +93,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-
 log "plbbench cluster up --replicas 1"
 "$bin" cluster up --replicas 1 >"$work/cluster.out" 2>"$work/cluster.err" || { cat "$work/cluster.err" >&2; die "cluster up failed"; }
 dsn=$(grep -m1 '^host=' "$work/cluster.out") || die "cluster up printed no DSN: $(cat "$work/cluster.out")"
@@ -141,8 +141,6 @@ elif command -v strace >/dev/null 2>&1; then
 fi
 log "system calls counted by: $syscalls_by"
 
-# cpu_ticks PID: "user+system user" clock ticks of the whole process so far.
-cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13, $12 }' "/proc/$1/stat"; }
 # switches PID: "voluntary nonvoluntary" context switches so far, summed
 # over the process's threads.
 switches() {
@@ -201,7 +199,6 @@ measure() {
     echo "$tps $cpu_us $per_call $(echo "($v1 - $v0) / $txns" | bc -l) $(echo "($n1 - $n0) / $txns" | bc -l)" \
         "$(echo "($u1 - $u0) * 1000000 / $tick / $txns" | bc -l)"
 }
-median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 fmt() { [[ $1 =~ ^[0-9.]+$ ]] && printf "%.${2}f" "$1" || printf '%s' "$1"; }
 
 declare -A pid_of=([plbbench-proxy]=$proxy_pid [pgbouncer]=$bouncer_pid)

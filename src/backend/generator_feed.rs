@@ -52,8 +52,12 @@ pub struct Go {
     /// parent's time zero plus the child's measured clock offset): the
     /// child counts from it, so every record is on the run's clock.
     pub start_mono_ns: u64,
-    /// Where the proxy accepts the run's clients.
+    /// Where the proxy accepts the run's clients (in a tier, its first
+    /// member).
     pub proxy: SocketAddr,
+    /// In a tier of proxies: every member's address, in peer order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tier: Vec<SocketAddr>,
     /// The user the clients log in as.
     pub user: String,
     /// The password the proxy asks, when it listens off loopback (for
@@ -117,6 +121,10 @@ pub enum Line {
         /// The child's own saturation guard (its CPU, its clients' lags).
         #[serde(default)]
         generator: Option<crate::core::saturation::GeneratorReport>,
+        /// In a tier of proxies: sessions `[opened, lost]` through each
+        /// peer (index peer - 1).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        through: Vec<[u64; 2]>,
     },
 }
 
@@ -266,7 +274,7 @@ mod tests {
             }),
             Line::Login(LoginRecord { class: Class::P, intended_s: 1.5, step: LoginStep::LoggedIn(1.75) }),
             Line::Lag { s: 0.001 },
-            Line::Done { in_flight: [1, 2], interrupted: false, generator: None },
+            Line::Done { in_flight: [1, 2], interrupted: false, generator: None, through: vec![[4, 1], [3, 0]] },
         ];
         for l in lines {
             assert_eq!(Line::parse(&l.line()).unwrap(), l);
@@ -275,6 +283,7 @@ mod tests {
         let go = Go {
             start_mono_ns: 7,
             proxy: "127.0.0.1:6432".parse().unwrap(),
+            tier: vec!["127.0.0.1:6432".parse().unwrap(), "127.0.0.1:6433".parse().unwrap()],
             user: "postgres".into(),
             password: Some("run's own".into()),
             dbname: None,

@@ -9,6 +9,7 @@
 //! and functions here, so the format has one definition.
 
 use crate::core::model::{ConnectError, EventKind, ReplicaId, Role};
+pub use crate::core::proxy_tier::TierLine;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 
@@ -16,6 +17,10 @@ use std::net::SocketAddr;
 /// (value `r1`..`rK`). Clients that do not know it ignore it, as they
 /// ignore any parameter they did not ask about.
 pub const REPLICA_PARAM: &str = "plbbench.replica";
+
+/// In a tier of proxies, the ParameterStatus naming the member that holds
+/// the session (its peer id): the run counts each member's sessions.
+pub const PROXY_PARAM: &str = "plbbench.proxy";
 
 /// The start of the DETAIL of a FATAL the proxy sends when it could not
 /// log a client into the replica it chose.
@@ -54,6 +59,10 @@ pub enum Feed {
         /// Open sessions per replica and class.
         active: Vec<[u32; 2]>,
     },
+    /// In a tier of proxies: once a second, and at once when it changes,
+    /// where this member stands (only the leader sends `State` and
+    /// `Event` lines: its router's are the tier's).
+    Tier(TierLine),
 }
 
 impl Feed {
@@ -65,6 +74,15 @@ impl Feed {
     /// Reads one line.
     pub fn parse(line: &str) -> Result<Feed, serde_json::Error> {
         serde_json::from_str(line)
+    }
+
+    /// The message with its time moved by `by` seconds (onto another clock).
+    pub fn shifted(mut self, by: f64) -> Feed {
+        match &mut self {
+            Feed::Listening { .. } => {}
+            Feed::Event { t_s, .. } | Feed::State { t_s, .. } | Feed::Tier(TierLine { t_s, .. }) => *t_s += by,
+        }
+        self
     }
 }
 
@@ -104,6 +122,16 @@ mod tests {
             Feed::Listening { addr: "127.0.0.1:40000".parse().unwrap(), start_unix_s: 1.7e9 },
             Feed::Event { t_s: 2.5, kind: EventKind::Role, replica: Some(ReplicaId(2)), detail: "P -> M".into() },
             Feed::State { t_s: 3.0, roles: vec![Role::P, Role::M, Role::F], active: vec![[1, 2], [0, 0], [0, 7]] },
+            Feed::Tier(TierLine {
+                t_s: 4.0,
+                peer: 2,
+                leading: false,
+                leader: None,
+                generation: 3,
+                open: 5,
+                routed: 40,
+                stale: 2,
+            }),
         ];
         for m in msgs {
             assert_eq!(Feed::parse(&m.line()).unwrap(), m);

@@ -42,6 +42,9 @@ pub struct RemoteEnd {
     pub interrupted: bool,
     /// Its own saturation guard.
     pub generator: Option<crate::core::saturation::GeneratorReport>,
+    /// In a tier of proxies: its sessions `[opened, lost]` through each
+    /// peer (index peer - 1).
+    pub through: Vec<[u64; 2]>,
 }
 
 /// A record of a child, for the collector.
@@ -78,10 +81,11 @@ pub async fn forward(
             Line::Login(l) => send(Record::Login(l)),
             Line::Lag { s } => send(Record::Lag(s)),
             Line::Started { late_s } => end.late_s = Some(late_s),
-            Line::Done { in_flight, interrupted, generator } => {
+            Line::Done { in_flight, interrupted, generator, through } => {
                 end.in_flight = Some(in_flight);
                 end.interrupted = interrupted;
                 end.generator = generator;
+                end.through = through;
             }
             Line::Ready { .. } | Line::Pong { .. } => {}
         }

@@ -16,6 +16,7 @@ pub mod model;
 pub mod operating_point;
 pub mod outcome;
 pub mod phases;
+pub mod proxy_tier;
 pub mod recovery;
 pub mod roles;
 pub mod router;

@@ -236,6 +236,9 @@ pub enum EventKind {
     Mode,
     /// Free text about the run itself, such as a signal (`note`).
     Note,
+    /// A tier of proxies: a member led, followed, lost its leader, or a
+    /// proxy fault ended or restarted it (`tier`).
+    Tier,
 }
 
 impl EventKind {
@@ -249,6 +252,7 @@ impl EventKind {
             EventKind::Role => "role",
             EventKind::Mode => "mode",
             EventKind::Note => "note",
+            EventKind::Tier => "tier",
         }
     }
 }
@@ -421,6 +425,7 @@ mod tests {
             (EventKind::Role, "role"),
             (EventKind::Mode, "mode"),
             (EventKind::Note, "note"),
+            (EventKind::Tier, "tier"),
         ];
         for (k, name) in kinds {
             assert_eq!(k.to_string(), name);

@@ -46,4 +46,6 @@ pub struct BackendOutcome {
     pub via_proxy: Option<String>,
     /// The simulator's tier of routers (`--routers`): what stale counts did.
     pub tier: Option<super::tier::TierBooks>,
+    /// `--proxies N`: what the run's tier of proxies did.
+    pub proxy_tier: Option<super::proxy_tier::TierReport>,
 }

@@ -16,7 +16,6 @@ use super::startup::Startup;
 use super::tls::ClientStream;
 use super::violations::Who;
 use super::Shared;
-use crate::backend::proxy_feed::REPLICA_PARAM;
 use crate::backend::wire::Conn;
 use bytes::BytesMut;
 use std::sync::Arc;
@@ -63,7 +62,7 @@ pub async fn session(shared: &Arc<Shared>, id: u32, mut client: ClientStream, st
         shared.keys.lock().expect("keys lock").insert(key, (r, k));
         key
     });
-    let mut to_client = relay::parameter_status(REPLICA_PARAM, &r.to_string());
+    let mut to_client = shared.routed_params(r);
     replayed.params.iter().for_each(|p| to_client.extend(p));
     let start = Start { to_client, to_server: heard.first, seen: BytesMut::new(), key: registered };
     relay::finish(shared, Session { id, r, class, who, origin }, client, server, start).await;

@@ -32,7 +32,7 @@ pub mod tls;
 mod violations;
 
 use crate::backend::live_metrics::{self, LiveMetrics, SessionOutcome};
-use crate::backend::proxy_feed::{unix_now, Feed};
+use crate::backend::proxy_feed::{unix_now, Feed, PROXY_PARAM, REPLICA_PARAM};
 use crate::backend::signals::Signals;
 use crate::backend::waiting::{Asked, Control};
 use crate::cluster::Cluster;
@@ -375,6 +375,16 @@ impl Shared {
         Some(client)
     }
 
+    /// The ParameterStatus messages a routed session's client gets first:
+    /// its replica, and in a tier the member that holds it.
+    fn routed_params(&self, r: ReplicaId) -> Vec<u8> {
+        let mut out = relay::parameter_status(REPLICA_PARAM, &r.to_string());
+        if let Some(t) = &self.tier {
+            out.extend(relay::parameter_status(PROXY_PARAM, &t.me.peer.to_string()));
+        }
+        out
+    }
+
     /// A process id for the proxy's own cancel keys: in a tier, with this
     /// member's peer id in it.
     fn own_pid(&self) -> u32 {
@@ -588,7 +598,7 @@ async fn tick(shared: Arc<Shared>) {
                 if let Some(live) = &shared.live {
                     live.lock().expect("metrics lock").refresh(ctl.c.router(), ctl.c.gate());
                 }
-                if shared.feed {
+                if shared.feed && shared.tier.as_ref().is_none_or(|t| t.leading()) {
                     println!("{}", shared.state(&ctl.c).line());
                 }
                 let replicas = ReplicaId::all(shared.replicas.len());
@@ -599,6 +609,10 @@ async fn tick(shared: Arc<Shared>) {
             shared.ticking.store(timed, Ordering::SeqCst);
             timed
         });
+        // Outside the controller's lock: a member's tier state comes first.
+        if let Some(t) = shared.tier.as_ref().filter(|_| whole) {
+            tier::say(&shared, t);
+        }
         let next = if timed { (now + fast).min(second) } else { second };
         tokio::select! {
             _ = tokio::time::sleep_until(next) => {}

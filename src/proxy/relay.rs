@@ -19,7 +19,7 @@ use super::tls::ClientStream;
 use super::violations::Who;
 use super::{CancelKey, Shared};
 use crate::backend::live_metrics::SessionOutcome;
-use crate::backend::proxy_feed::{failed_on, REPLICA_PARAM};
+use crate::backend::proxy_feed::failed_on;
 use crate::backend::wire::{Conn, WireError};
 use crate::core::model::{Class, ConnectError, ReplicaId};
 use bytes::BytesMut;
@@ -43,7 +43,7 @@ pub async fn session(
     };
     shared.remember_params(&pending);
     let mut to_client = AUTH_OK.to_vec();
-    to_client.extend(parameter_status(REPLICA_PARAM, &r.to_string()));
+    to_client.extend(shared.routed_params(r));
     let greeting = to_client.len();
     to_client.extend_from_slice(&pending);
     let key = shared.tier_key(r, &mut to_client[greeting..]);

@@ -181,6 +181,11 @@ pub struct Summary {
     /// router.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tier: Option<crate::core::tier::TierBooks>,
+    /// A run through a tier of proxies (`--proxies N`, docs/proxy.md, "A
+    /// tier of proxies"): its reigns, failovers and members' books. `None`
+    /// with one proxy or none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_tier: Option<crate::core::proxy_tier::TierReport>,
 }
 
 impl Summary {

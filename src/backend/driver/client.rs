@@ -33,10 +33,10 @@ pub(super) async fn client(ctx: Arc<Ctx>, id: u32, mut script: Client) -> Option
         }
         let opened = match &ctx.proxy {
             None => open(&ctx, id, class).await,
-            Some(p) => open_proxied(&ctx, p, class).await,
+            Some(p) => open_proxied(&ctx, p, class, id as usize).await,
         };
-        let (r, connected) = match opened {
-            Opened::On(r, connected) => (r, connected),
+        let (r, connected, via) = match opened {
+            Opened::On(r, connected, via) => (r, connected, via),
             Opened::Rejected => {
                 // Backs off as pools and drivers do (the workload's
                 // `[client]` backoff with jitter), as after any refusal.
@@ -61,7 +61,7 @@ pub(super) async fn client(ctx: Arc<Ctx>, id: u32, mut script: Client) -> Option
         login = false;
         let queries = resume.take().unwrap_or_else(|| script.session_len(&w));
         let end = match connected {
-            Ok(c) => session(&ctx, &mut script, r, c, queries, intended).await,
+            Ok(c) => session(&ctx, &mut script, (r, via), c, queries, intended).await,
             Err(Some(why)) => SessionEnd::Aborted(why, queries),
             Err(None) => SessionEnd::Stopped,
         };
@@ -119,7 +119,9 @@ pub(super) async fn within<T>(deadline: Option<Duration>, f: impl Future<Output 
 /// A session's start: on a replica (connected, or why not: `None` when
 /// the run stopped while it connected), or no session this time.
 pub(super) enum Opened {
-    On(ReplicaId, Result<tokio_postgres::Client, Option<AbortReason>>),
+    /// On a replica, through the proxy of this peer id when a tier's
+    /// member said so.
+    On(ReplicaId, Result<tokio_postgres::Client, Option<AbortReason>>, Option<u8>),
     /// The admission gate refused it.
     Rejected,
     /// No replica could take it: back off and try again.
@@ -139,12 +141,12 @@ pub(super) async fn open(ctx: &Ctx, id: u32, class: Class) -> Opened {
     let mut stop = ctx.stop.clone();
     let connected = tokio::select! {
         c = within(deadline, ctx.configs[r.idx()].connect(NoTls)) => c,
-        _ = stop.wait_for(|s| *s) => return Opened::On(r, Err(None)),
+        _ = stop.wait_for(|s| *s) => return Opened::On(r, Err(None), None),
     };
     let err = match connected {
         Some(Ok((client, conn))) => {
             tokio::spawn(conn);
-            return Opened::On(r, Ok(client));
+            return Opened::On(r, Ok(client), None);
         }
         Some(Err(e)) if tcp_timed_out(&e) => ConnectError::Timeout,
         Some(Err(e)) => ConnectError::of_sqlstate(e.code().map(|c| c.code())),
@@ -152,36 +154,52 @@ pub(super) async fn open(ctx: &Ctx, id: u32, class: Class) -> Opened {
     };
     let (why, confirm) = ctx.control(|ctl, now| ctl.c.connect_failed(r, err, now));
     ctx.confirm(confirm);
-    Opened::On(r, Err(Some(why)))
+    Opened::On(r, Err(Some(why)), None)
 }
 
 /// `--via-proxy`: a connection through the proxy, which routes it and
 /// names the replica (a ParameterStatus, or the DETAIL of its FATAL). A
 /// refusal naming no replica (no replica can take the session, or the
 /// proxy is unreachable) backs off as when no replica can take it here.
-pub(super) async fn open_proxied(ctx: &Ctx, p: &Proxied, class: Class) -> Opened {
+/// In a tier, client `id` goes first to member `id` mod N and, when that
+/// one does not answer at all, to the next, as libpq tries its hosts: a
+/// member that answers with a refusal is not passed over.
+pub(super) async fn open_proxied(ctx: &Ctx, p: &Proxied, class: Class, id: usize) -> Opened {
     let deadline = login_deadline(&ctx.workload, PROXY_HOP);
     let mut stop = ctx.stop.clone();
+    let n = p.configs.len();
+    let connect = async {
+        let mut last = None;
+        for i in 0..n {
+            match p.configs[(id + i) % n][class.idx()].connect(NoTls).await {
+                Err(e) if e.as_db_error().is_none() && !tcp_timed_out(&e) => last = Some(Err(e)),
+                done => return done,
+            }
+        }
+        last.expect("at least one proxy")
+    };
     let connected = tokio::select! {
-        c = within(deadline, p.configs[class.idx()].connect(NoTls)) => c,
+        c = within(deadline, connect) => c,
         _ = stop.wait_for(|s| *s) => return Opened::Stopped,
     };
-    let (r, connected) = match connected {
+    let (r, connected, via) = match connected {
         Some(Ok((client, conn))) => {
             let Some(r) = conn.parameter(proxy_feed::REPLICA_PARAM).and_then(proxy_feed::replica_of_param) else {
                 return Opened::NoRoute;
             };
+            let via = conn.parameter(proxy_feed::PROXY_PARAM).and_then(|v| v.parse().ok());
             tokio::spawn(conn);
-            (r, Ok(client))
+            p.count(via, false);
+            (r, Ok(client), via)
         }
         Some(Err(e)) => match e.as_db_error().and_then(|d| d.detail()).and_then(proxy_feed::failure_of_detail) {
-            Some((r, why)) => (r, Err(Some(AbortReason::Connect(why)))),
+            Some((r, why)) => (r, Err(Some(AbortReason::Connect(why))), None),
             None => return Opened::NoRoute,
         },
         None => return Opened::NoRoute,
     };
     ctx.send(Msg::Started(class, r, ctx.now()));
-    Opened::On(r, connected)
+    Opened::On(r, connected, via)
 }
 
 /// Asks the controller for a replica; a session the gate holds back waits
@@ -205,12 +223,13 @@ pub(super) async fn admit(ctx: &Ctx, id: u32, class: Class) -> Result<ReplicaId,
     }
 }
 
-/// Runs the queries of one session on replica `r` over `client`;
-/// `intended` is when the session should have started.
+/// Runs the queries of one session on replica `r` over `client` (through
+/// the tier member `via`, if any); `intended` is when the session should
+/// have started.
 pub(super) async fn session(
     ctx: &Ctx,
     script: &mut Client,
-    r: ReplicaId,
+    (r, via): (ReplicaId, Option<u8>),
     client: tokio_postgres::Client,
     queries: u32,
     intended: f64,
@@ -253,6 +272,13 @@ pub(super) async fn session(
         // What the server said, if it answered with an error: a session it
         // ended with its own FATAL is no evidence against the replica.
         let said = matches!(&result, Ok(Err(e)) if e.as_db_error().is_some());
+        if let (Some(p), Ok(Err(e))) = (&ctx.proxy, &result) {
+            // Closed with no word: the proxy holding it is gone (a proxy
+            // that loses the replica says 08006).
+            if e.code().is_none() && connection_lost(e) {
+                p.count(via, true);
+            }
+        }
         let error = match result {
             Ok(Ok(_)) => None,
             Ok(Err(e)) if connection_lost(&e) => Some(QueryError::ConnectionLost),

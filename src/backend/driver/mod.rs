@@ -153,10 +153,11 @@ pub type Tap = super::generator_feed::Tap;
 /// `run --via-proxy`: how the clients reach the proxy child and what it
 /// reports (`backend::proxy_feed`).
 pub struct ProxyLink {
-    /// Connection settings through the proxy, Premium then Freemium: their
-    /// application_name tells the proxy the class.
-    pub configs: [Config; 2],
-    /// The proxy's time zero, Unix seconds.
+    /// Connection settings through each proxy (one, or a tier's members in
+    /// peer order), Premium then Freemium: their application_name tells the
+    /// proxy the class.
+    pub configs: Vec<[Config; 2]>,
+    /// The time zero of the feed's `t_s`, Unix seconds.
     pub start_unix_s: f64,
     /// The rest of its feed.
     pub feed: mpsc::UnboundedReceiver<Feed>,
@@ -168,10 +169,27 @@ type RouterView = (Vec<Role>, Vec<[u32; 2]>);
 
 /// The proxy child as the run sees it.
 struct Proxied {
-    configs: [Config; 2],
+    /// Through each proxy, in peer order.
+    configs: Vec<[Config; 2]>,
     /// The last view of its router.
     view: Mutex<Option<RouterView>>,
+    /// In a tier: sessions opened through each peer (index peer - 1) and,
+    /// of them, those whose connection closed mid-session with no word
+    /// (the member holding it vanished).
+    through: Vec<[AtomicU64; 2]>,
 }
+
+impl Proxied {
+    /// Counts a session opened through `peer` (`lost`: then lost).
+    fn count(&self, peer: Option<u8>, lost: bool) {
+        if let Some(n) = peer.and_then(|p| self.through.get(usize::from(p).wrapping_sub(1))) {
+            n[usize::from(lost)].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The most members of a tier whose sessions the run counts by peer.
+pub const MAX_PEERS: usize = 8;
 
 /// The client's connect deadline through the proxy is the workload's plus
 /// this, so the proxy's own deadline on the replica (the workload's) fires
@@ -198,6 +216,9 @@ pub struct DriverOutcome {
     /// `--generators N`: what each child delivered (its open sessions are
     /// in `in_flight` already).
     pub remotes: Vec<RemoteEnd>,
+    /// In a tier of proxies: sessions `[opened, lost]` through each peer
+    /// (index peer - 1), this process's and its generator children's.
+    pub through: Vec<[u64; 2]>,
 }
 
 /// Shared state of one run.
@@ -354,8 +375,9 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
     let (abort_tx, abort_rx) = watch::channel(false);
     let (proxy, feed) = match input.proxy {
         Some(l) => {
-            let configs = l.configs.map(|c| with_tcp_deadline(c, tcp));
-            (Some(Proxied { configs, view: Mutex::new(None) }), Some((l.feed, l.start_unix_s)))
+            let configs = l.configs.into_iter().map(|p| p.map(|c| with_tcp_deadline(c, tcp))).collect();
+            let through = (0..MAX_PEERS).map(|_| [AtomicU64::new(0), AtomicU64::new(0)]).collect();
+            (Some(Proxied { configs, view: Mutex::new(None), through }), Some((l.feed, l.start_unix_s)))
         }
         None => (None, None),
     };
@@ -432,11 +454,18 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
         Some(n) => n,
         None => clients.await.expect("client tasks"),
     };
+    let mut through: Vec<[u64; 2]> = match &ctx.proxy {
+        Some(p) => p.through.iter().map(|[a, b]| [a.load(Ordering::Relaxed), b.load(Ordering::Relaxed)]).collect(),
+        None => Vec::new(),
+    };
     let mut remotes = Vec::new();
     for f in forwarders {
         let end = f.await.expect("generator forwarder");
         for (sum, n) in in_flight.iter_mut().zip(end.in_flight.unwrap_or_default()) {
             *sum += n;
+        }
+        for (sum, n) in through.iter_mut().zip(&end.through) {
+            *sum = [sum[0] + n[0], sum[1] + n[1]];
         }
         remotes.push(end);
     }
@@ -476,6 +505,7 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
             ended_s,
             generator,
             remotes,
+            through,
         },
     )
 }

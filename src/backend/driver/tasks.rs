@@ -8,8 +8,17 @@ use super::*;
 /// `--via-proxy`: the proxy's events into the run's events (on the run's
 /// clock) and its router's view for the once-per-second samples.
 pub(super) async fn follow(ctx: Arc<Ctx>, mut feed: mpsc::UnboundedReceiver<Feed>, offset_s: f64) {
+    let mut standing = std::collections::HashMap::new();
     while let Some(msg) = feed.recv().await {
         match msg {
+            Feed::Tier(l) => {
+                let now = (l.leading, l.leader, l.generation);
+                if standing.insert(l.peer, now) != Some(now) {
+                    let t_s = (l.t_s + offset_s).max(0.0);
+                    let detail = tier_detail(&l);
+                    ctx.send(Msg::Control(ControlEvent::Log { t_s, kind: EventKind::Tier, replica: None, detail }));
+                }
+            }
             Feed::Event { t_s, kind, replica, detail } => {
                 let t_s = (t_s + offset_s).max(0.0);
                 ctx.send(Msg::Control(ControlEvent::Log { t_s, kind, replica, detail }));
@@ -21,6 +30,18 @@ pub(super) async fn follow(ctx: Arc<Ctx>, mut feed: mpsc::UnboundedReceiver<Feed
             }
             Feed::Listening { .. } => {}
         }
+    }
+}
+
+/// A tier member's standing, as events.csv says it.
+fn tier_detail(l: &crate::backend::proxy_feed::TierLine) -> String {
+    match (l.leading, l.leader) {
+        (true, _) => format!("proxy peer {} leads (generation {})", l.peer, l.generation),
+        (false, Some(by)) => format!("proxy peer {} follows peer {by} (generation {})", l.peer, l.generation),
+        (false, None) => format!(
+            "proxy peer {} has no leader; it routes within the roles of generation {} ({} stale decisions so far)",
+            l.peer, l.generation, l.stale
+        ),
     }
 }
 

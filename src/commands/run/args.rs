@@ -62,6 +62,17 @@ pub struct RunArgs {
     /// with --detection oracle or --admission modes.
     #[arg(long)]
     pub via_proxy: bool,
+    /// Route through a tier of N `plbbench proxy` processes (docs/proxy.md, "A tier of proxies"): they elect a
+    /// leader through an advisory lock on the cluster and follow its roles; each client goes first to proxy (its
+    /// index mod N) and, when that one does not answer, to the next, as libpq does with several hosts. Implies
+    /// --via-proxy; 1 to 8.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub proxies: u32,
+    /// Proxy faults for a tier (--proxies 2 or more): `failover` (the leader SIGKILLed at 180 s, a follower stopped
+    /// at 225 s and started again at 260 s), `none`, or `ACTION@SECONDS,...` with kill-leader, stop-follower and
+    /// restart, on the unscaled timeline (scaled by --time-scale as --faults are).
+    #[arg(long, default_value = "none", value_name = "SPEC")]
+    pub proxy_faults: String,
     /// Drive the clients from N generator processes (see --generators-on), each with its share of --T (every Nth
     /// client, with its own seed stream), all through one `plbbench proxy` (implies --via-proxy); the run collects
     /// their records into one run folder. Real clusters only.
@@ -93,6 +104,9 @@ pub struct ExternalArgs {
     /// Load the dataset on every external replica instead of only checking it.
     #[arg(long)]
     pub load_dataset: bool,
+    /// Internal, set by `run --via-proxy` for its proxy processes: the run checked the dataset already.
+    #[arg(long, hide = true)]
+    pub dataset_checked: bool,
 }
 
 /// Settings shared by `run` and `experiment`.

@@ -134,7 +134,7 @@ fn external_cluster(plan: &Plan, x: &ExternalSpec) -> Result<ExternalCluster, Er
         None => None,
     };
     let w = &plan.workload.dataset;
-    let c = ExternalCluster::open(&x.dsns, file, w.scale, w.seed, x.load_dataset).map_err(|e| match e {
+    let c = ExternalCluster::open(&x.dsns, file, w.scale, w.seed, x.dataset).map_err(|e| match e {
         crate::cluster::ExternalError::Input(m) => Error::Input(m),
         other => Error::Run(anyhow::Error::new(other).context("opening the external cluster")),
     })?;
@@ -189,25 +189,33 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
             .into(),
     });
     let proxy = match &plan.via_proxy {
-        Some(flags) => Some(super::via_proxy::start(&cluster, flags, &plan.workload, proxy_ip(plan)?)?),
+        Some(flags) => Some(super::proxies::start(
+            &cluster,
+            flags,
+            &plan.workload,
+            proxy_ip(plan)?,
+            plan.proxies,
+            plan.proxy_faults.clone(),
+        )?),
         None => None,
     };
-    let (proxy, link) = proxy.map_or((None, None), |(p, l)| (Some(p), Some(l)));
+    let (mut proxy, link) = proxy.map_or((None, None), |(p, l)| (Some(p), Some(l)));
     let mut children = match (plan.generators > 1, &proxy) {
-        (true, Some(p)) => Some((super::generators::spawn(plan)?, p.addr, p.password.clone())),
+        (true, Some(p)) => Some((super::generators::spawn(plan)?, p.addrs.clone(), p.password.clone())),
         _ => None,
     };
     let wall_minus_mono_s = crate::backend::generator_feed::wall_minus_mono_s();
-    let (start, remotes) = match &mut children {
-        Some((c, addr, password)) => {
-            let (start, remotes) = c.go(*addr, password.as_deref(), &cluster);
-            (Some(start), remotes)
-        }
-        None => (None, Vec::new()),
-    };
-    let cluster = Arc::new(Mutex::new(cluster));
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the tokio runtime")?;
+    let (start, remotes) = match &mut children {
+        Some((c, addrs, password)) => c.go(addrs, password.as_deref(), &cluster),
+        None => (std::time::Instant::now(), Vec::new()),
+    };
+    let start_unix_s = crate::backend::proxy_feed::unix_now() - start.elapsed().as_secs_f64();
+    if let Some(p) = &mut proxy {
+        p.inject(start);
+    }
+    let cluster = Arc::new(Mutex::new(cluster));
     let input = DriverInput {
         workload: Arc::new(plan.workload.clone()),
         clients: if remotes.is_empty() { clients(plan) } else { Vec::new() },
@@ -219,7 +227,7 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
         cpus: plan.cpus,
         metrics,
         proxy: link,
-        start,
+        start: Some(start),
         tap: None,
         remotes,
     };
@@ -235,7 +243,10 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
         None => None,
     };
     let via_proxy = proxy.as_ref().map(|p| p.describe());
-    let proxy_verdict = proxy.map(|p| p.stop());
+    let (proxy_verdicts, proxy_tier) = match proxy {
+        Some(p) => p.stop(start_unix_s, out.ended_s.min(planned_end), &out.through),
+        None => (Vec::new(), None),
+    };
     let mut cluster = Arc::try_unwrap(cluster).expect("no task holds the cluster").into_inner().expect("lock");
     if cluster.is_persistent() {
         heal(&mut cluster, plan, out.interrupted_s);
@@ -249,7 +260,7 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
         verdicts: std::iter::once(stop_verdict(overrun_s))
             .chain(out.generator.as_ref().map(generator_verdict))
             .chain(cpu_verdict)
-            .chain(proxy_verdict)
+            .chain(proxy_verdicts)
             .chain(generators_verdict)
             .collect(),
         interrupted_by: out.signal,
@@ -258,6 +269,7 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
         max_connections,
         via_proxy,
         tier: None,
+        proxy_tier,
     };
     Ok((collector, outcome))
 }

@@ -28,6 +28,7 @@ pub mod generators;
 pub mod launch;
 mod memory;
 pub mod plan;
+mod proxies;
 mod proxy_args;
 mod stream;
 pub mod via_proxy;
@@ -340,6 +341,7 @@ fn summarise(
         detector: Some(crate::core::recovery::suspicions_of_run(&plan.faults, m, plan.router.replicas)),
         generator: outcome.generator.clone(),
         tier: outcome.tier.clone(),
+        proxy_tier: outcome.proxy_tier.clone(),
     }
 }
 

@@ -4,6 +4,7 @@
 //! that the plan depends on neither the proxy's nor the generators' launch.
 
 use super::args::RunArgs;
+use crate::core::proxy_tier::{self, ProxyFault};
 use crate::core::settings::{Admission, ClusterKind, Detection, GeneratorsOn, Named};
 use crate::error::{input, Error};
 
@@ -70,6 +71,30 @@ pub fn flags(args: &RunArgs, time_scale: f64) -> Result<Option<Vec<String>>, Err
     Ok(Some(f))
 }
 
+/// The most proxies a run's tier may have.
+pub const MAX_PROXIES: u32 = 8;
+
+/// Checks `--proxies` and `--proxy-faults` against the other flags; the
+/// proxy faults on the unscaled timeline of `timeline_s` seconds. A tier
+/// of two or more implies `--via-proxy`.
+pub fn check_proxies(args: &mut RunArgs, timeline_s: f64) -> Result<Vec<ProxyFault>, Error> {
+    let n = args.proxies;
+    if n == 0 || n > MAX_PROXIES {
+        return Err(input("--proxies", format!("must be 1 to {MAX_PROXIES}, got {n}")));
+    }
+    let faults = proxy_tier::parse(&args.proxy_faults, timeline_s, n).map_err(|e| input("--proxy-faults", e))?;
+    if n > 1 {
+        args.via_proxy = true;
+        if args.metrics_addr.is_some() {
+            return Err(input(
+                "--metrics-addr",
+                format!("one address cannot serve {n} proxies; scrape each member's own `plbbench proxy` instead"),
+            ));
+        }
+    }
+    Ok(faults)
+}
+
 /// Checks `--generators` (and the internal `--generator-child`) against
 /// the other flags; whether the run has several (then it goes through a
 /// proxy, as with `--via-proxy`).
@@ -129,6 +154,27 @@ mod tests {
         run.common.clients = 10;
         run.generator_child = Some(2);
         assert!(check_generators(&run).unwrap_err().to_string().starts_with("--generator-child"));
+    }
+
+    #[test]
+    fn a_tier_of_proxies_implies_via_proxy_and_checks_its_faults() {
+        let mut run = default_run_args();
+        assert!(check_proxies(&mut run, 300.0).unwrap().is_empty());
+        assert!(!run.via_proxy, "one proxy: --via-proxy as given");
+        run.proxies = 3;
+        run.proxy_faults = "failover".into();
+        assert_eq!(check_proxies(&mut run, 300.0).unwrap().len(), 3);
+        assert!(run.via_proxy);
+        run.proxies = 9;
+        assert_eq!(check_proxies(&mut run, 300.0).unwrap_err().to_string(), "--proxies: must be 1 to 8, got 9");
+        run.proxies = 1;
+        let e = check_proxies(&mut run, 300.0).unwrap_err();
+        assert!(e.to_string().starts_with("--proxy-faults: a tier needs --proxies 2"), "{e}");
+        assert_eq!(e.exit_code(), 2);
+        run.proxies = 2;
+        run.proxy_faults = "none".into();
+        run.metrics_addr = Some("127.0.0.1:9187".parse().unwrap());
+        assert!(check_proxies(&mut run, 300.0).unwrap_err().to_string().starts_with("--metrics-addr"));
     }
 
     #[test]

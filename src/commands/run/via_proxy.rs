@@ -1,12 +1,13 @@
 //! `run --via-proxy` ([proxy](docs/proxy.md#plbbench-run---via-proxy)): the
-//! run's clients go through a `plbbench proxy` child process instead of
+//! run's clients go through `plbbench proxy` child processes instead of
 //! routing themselves, so a run measures PLB as it would be deployed in
 //! front of applications (the proxy's routing, its probes, its extra hop).
-//! The child gets the run's routing flags (so it builds the same plan:
-//! [`flags`]), the run's cluster as an external one in a private config
-//! file, and reports back over its stdout (`backend::proxy_feed`). It dies
-//! with the run: SIGTERM at the end, and the kernel's parent-death signal
-//! if the run is killed.
+//! This file starts and stops one child ([`spawn`]); `super::proxies` owns
+//! the run's set of them (one, or a tier). A child gets the run's routing
+//! flags (so it builds the same plan: `proxy_args::flags`), the run's
+//! cluster as an external one in a private config file, and reports back
+//! over its stdout (`backend::proxy_feed`). It dies with the run: SIGTERM at
+//! the end, and the kernel's parent-death signal if the run is killed.
 //!
 //! On a loopback address its clients log in without a password (they are
 //! the run's own, on this host). Where generator containers on a remote
@@ -15,14 +16,13 @@
 //! file with it and its children the password: the proxy asks it
 //! (SCRAM-SHA-256) and nobody else gets in.
 
-use crate::backend::driver::ProxyLink;
 use crate::backend::proxy_feed::Feed;
 use crate::cluster::Cluster;
-use crate::core::outcome::Verdict;
 use crate::core::workload::Workload;
 use crate::error::Error;
 use anyhow::{anyhow, Context};
 use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -60,22 +60,22 @@ pub(crate) fn dsn(cfg: &tokio_postgres::Config) -> String {
     parts.join(" ")
 }
 
-/// The proxy config the child reads: where it listens (a free port on
-/// `ip`), the cluster's replicas, the class rule on application_name,
+/// The proxy config the child reads: where it listens (`at`; port 0: a
+/// free one), the cluster's replicas, the class rule on application_name,
 /// trust (the clients are the run's own) or the `users` file when there is
 /// one, and the workload's login
 /// deadline on the replica (the proxy's longest, an hour, when the
 /// workload waits without one, as `paper` does), and no kept server
 /// connections: every session of the run logs into its replica, as in a
 /// run without the proxy, so both measure the same workload.
-fn config_text(cluster: &Cluster, w: &Workload, ip: std::net::IpAddr, users: Option<&std::path::Path>) -> String {
+fn config_text(cluster: &Cluster, w: &Workload, at: std::net::SocketAddr, users: Option<&Path>) -> String {
     let dsns: Vec<String> = (0..cluster.replicas()).map(|r| dsn(&cluster.config(r))).collect();
     let connect_s = w.client.login_deadline_s().unwrap_or(crate::proxy::config::MAX_DEADLINE_S);
     let users = users
         .map_or(String::new(), |u| format!("users_file = {}\n", toml::Value::String(u.to_string_lossy().into_owned())));
     format!(
         "listen = \"{}\"\ndsns = {}\n{users}drain_s = 1\nserver_connect_timeout_s = {connect_s}\nserver_pool = 0\n\n[class]\nparam = \"application_name\"\npremium_prefix = \"{PREMIUM_APP}\"\n",
-        std::net::SocketAddr::new(ip, 0),
+        at,
         toml_list(&dsns)
     )
 }
@@ -96,72 +96,80 @@ fn toml_list(items: &[String]) -> String {
     toml::Value::Array(items.iter().cloned().map(toml::Value::String).collect()).to_string()
 }
 
-/// The running proxy child.
+/// A running proxy child process.
 pub struct ProxyChild {
     child: Child,
-    /// The config file and the child's stderr log.
-    dir: tempfile::TempDir,
+    /// Its stderr.
+    log: PathBuf,
     /// Where it listens.
     pub addr: std::net::SocketAddr,
-    /// The password its clients log in with, when it listens off loopback.
-    pub password: Option<String>,
 }
 
-/// Starts the proxy in front of `cluster` with the run's routing `flags`,
-/// listening on `ip`, and waits until it listens; returns it and what the
-/// driver needs.
-pub fn start(
-    cluster: &Cluster,
-    flags: &[String],
-    w: &Workload,
-    ip: std::net::IpAddr,
-) -> Result<(ProxyChild, ProxyLink), Error> {
-    let dir =
-        tempfile::Builder::new().prefix("plbbench-via-proxy-").tempdir().context("creating a temporary folder")?;
-    let config = dir.path().join("proxy.toml");
-    let base = cluster.config(0);
-    let user = base.get_user().unwrap_or("postgres").to_string();
-    let password = (!ip.is_loopback()).then(run_password);
-    let users = match &password {
-        Some(pw) => {
-            let path = dir.path().join("users.txt");
-            crate::fsutil::write_atomic(&path, users_text(&user, pw), 0o600)
-                .context("writing the proxy's users file")?;
-            Some(path)
-        }
-        None => None,
-    };
-    crate::fsutil::write_atomic(&config, config_text(cluster, w, ip, users.as_deref()), 0o600)
-        .context("writing the proxy config")?;
-    let log = std::fs::File::create(dir.path().join("proxy.log")).context("creating the proxy log")?;
+/// What a proxy child's feed lines go to, each on the Unix clock.
+pub type Sink = Box<dyn Fn(Feed) + Send>;
+
+/// Starts a proxy with `config` and `flags` (its stderr to `log`), waits
+/// until it listens and hands every later feed line to `sink`, its time
+/// moved onto the Unix clock.
+pub fn spawn(config: &Path, log: &Path, flags: &[String], sink: Sink) -> Result<ProxyChild, Error> {
+    let log_file = std::fs::File::create(log).context("creating the proxy log")?;
     let exe = std::env::current_exe().context("finding plbbench's own executable")?;
     let mut cmd = Command::new(exe);
-    cmd.arg("proxy").arg("--config").arg(&config).arg("--feed").args(flags);
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
+    // The run checked the cluster's dataset: the proxy need not again.
+    cmd.arg("proxy").arg("--config").arg(config).arg("--feed").arg("--dataset-checked").args(flags);
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log_file);
     // A Ctrl-C at the terminal reaches the run, which drains its clients
     // first and then stops the proxy.
     child_of_run(&mut cmd);
     let mut child = cmd.spawn().context("starting the proxy process")?;
     let stdout = child.stdout.take().expect("stdout is piped");
     let (first_tx, first_rx) = std::sync::mpsc::channel();
-    let (tx, feed) = tokio::sync::mpsc::unbounded_channel();
     std::thread::spawn(move || {
         let mut lines = BufReader::new(stdout).lines().map_while(Result::ok).filter_map(|l| Feed::parse(&l).ok());
-        let _ = first_tx.send(lines.next());
+        let first = lines.next();
+        let zero = match &first {
+            Some(Feed::Listening { start_unix_s, .. }) => *start_unix_s,
+            _ => 0.0,
+        };
+        let _ = first_tx.send(first);
         for msg in lines {
-            if tx.send(msg).is_err() {
-                break;
-            }
+            sink(msg.shifted(zero));
         }
     });
-    let Ok(Some(Feed::Listening { addr, start_unix_s })) = first_rx.recv_timeout(READY_WITHIN) else {
+    let Ok(Some(Feed::Listening { addr, .. })) = first_rx.recv_timeout(READY_WITHIN) else {
         let why = stop_child(&mut child);
-        return Err(Error::Run(anyhow!("the proxy did not start ({why}); its log: {}", log_tail(dir.path()))));
+        return Err(Error::Run(anyhow!("the proxy did not start ({why}); its log: {}", log_tail(log))));
     };
-    let configs = client_configs(addr, &user, password.as_deref(), base.get_dbname());
-    let proxy = ProxyChild { child, dir, addr, password };
-    eprintln!("plbbench: clients go through a plbbench proxy process at {addr} (pid {})", proxy.child.id());
-    Ok((proxy, ProxyLink { configs, start_unix_s, feed }))
+    Ok(ProxyChild { child, log: log.to_path_buf(), addr })
+}
+
+/// Writes the proxy config for `cluster` at `path`, listening on `at`
+/// (port 0: any free one), with the users file of the run's `password`
+/// when it has one; returns the path.
+pub fn write_config(
+    dir: &Path,
+    name: &str,
+    cluster: &Cluster,
+    w: &Workload,
+    at: std::net::SocketAddr,
+    users: Option<&Path>,
+) -> Result<PathBuf, Error> {
+    let path = dir.join(name);
+    crate::fsutil::write_atomic(&path, config_text(cluster, w, at, users), 0o600)
+        .context("writing the proxy config")?;
+    Ok(path)
+}
+
+/// The run's users file in `dir` (its `user` with a new password) when
+/// the proxies listen on `ip` off loopback; the password and the file.
+pub fn users(dir: &Path, user: &str, ip: std::net::IpAddr) -> Result<(Option<String>, Option<PathBuf>), Error> {
+    if ip.is_loopback() {
+        return Ok((None, None));
+    }
+    let pw = run_password();
+    let path = dir.join("users.txt");
+    crate::fsutil::write_atomic(&path, users_text(user, &pw), 0o600).context("writing the proxy's users file")?;
+    Ok((Some(pw), Some(path)))
 }
 
 /// How the run's clients log in through the proxy at `addr` (with the
@@ -189,44 +197,40 @@ pub fn client_configs(
 }
 
 impl ProxyChild {
-    /// What the report says of the proxy.
-    pub fn describe(&self) -> String {
-        format!(
-            "plbbench proxy process at {} (pid {}): it routed every session; roles, probes and events are its own",
-            self.addr,
-            self.child.id()
-        )
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether it still runs.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// SIGKILL, waited for.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// Stops the proxy (SIGTERM, then SIGKILL after its drain and a
-    /// margin); the verdict says whether it lived through the run and
-    /// stopped cleanly.
-    pub fn stop(mut self) -> Verdict {
+    /// margin): whether it lived until now and stopped cleanly, and how.
+    pub fn stop(&mut self) -> (bool, String) {
         let died = self.child.try_wait().ok().flatten();
-        let how = self.stop_now();
+        let how = stop_child(&mut self.child);
         let ok = died.is_none() && how == "exit status: 0";
         let detail = match died {
-            Some(s) => format!("the proxy process exited during the run ({s}); its log: {}", self.log_tail()),
-            None if ok => "the proxy process served the whole run and stopped cleanly on SIGTERM".into(),
-            None => format!("the proxy process did not stop cleanly ({how}); its log: {}", self.log_tail()),
+            Some(s) => format!("exited during the run ({s}); its log: {}", log_tail(&self.log)),
+            None if ok => "served the whole run and stopped cleanly on SIGTERM".into(),
+            None => format!("did not stop cleanly ({how}); its log: {}", log_tail(&self.log)),
         };
-        Verdict { name: "proxy".into(), ok, detail }
-    }
-
-    /// SIGTERM, up to 5 s for the drain, then SIGKILL; how it ended.
-    fn stop_now(&mut self) -> String {
-        stop_child(&mut self.child)
-    }
-
-    /// The last lines of the proxy's stderr, on one line.
-    fn log_tail(&self) -> String {
-        log_tail(self.dir.path())
+        (ok, detail)
     }
 }
 
 /// SIGTERM to the proxy process, up to 5 s for its drain, then SIGKILL;
 /// how it ended.
-fn stop_child(child: &mut Child) -> String {
+pub(super) fn stop_child(child: &mut Child) -> String {
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
     wait_or_kill(child, Duration::from_secs(5))
@@ -259,9 +263,9 @@ pub(super) fn wait_or_kill(child: &mut Child, within: Duration) -> String {
     child.wait().map_or_else(|e| e.to_string(), |s| format!("killed after {} s ({s})", within.as_secs()))
 }
 
-/// The last lines of the proxy's stderr (`proxy.log` in `dir`), on one line.
-fn log_tail(dir: &std::path::Path) -> String {
-    let text = std::fs::read_to_string(dir.join("proxy.log")).unwrap_or_default();
+/// The last lines of a proxy's stderr `log`, on one line.
+pub fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(5)..].join(" | ")
 }
@@ -288,7 +292,7 @@ mod tests {
             let mut run = default_run_args();
             run.common.workload = Some(name.into());
             let plan = crate::commands::run::plan::Plan::new(run).unwrap();
-            let text = config_text(&cluster, &plan.workload, std::net::IpAddr::from([127, 0, 0, 1]), None);
+            let text = config_text(&cluster, &plan.workload, "127.0.0.1:0".parse().unwrap(), None);
             let parsed = crate::proxy::config::ProxyConfig::parse(&text);
             assert!(parsed.is_ok(), "{name}: {parsed:?}\n{text}");
         }
@@ -305,10 +309,10 @@ mod tests {
         let plan = crate::commands::run::plan::Plan::new(default_run_args()).unwrap();
         let ip = std::net::IpAddr::from([10, 0, 0, 1]);
         let at = std::net::SocketAddr::new(ip, 6432);
-        let open = ProxyConfig::parse(&config_text(&cluster, &plan.workload, ip, None)).unwrap();
+        let open = ProxyConfig::parse(&config_text(&cluster, &plan.workload, at, None)).unwrap();
         assert!(open.auth_on(at).is_err(), "trust off loopback");
         let path = std::path::Path::new("/tmp/plbbench \"users\".txt");
-        let text = config_text(&cluster, &plan.workload, ip, Some(path));
+        let text = config_text(&cluster, &plan.workload, at, Some(path));
         let asked = ProxyConfig::parse(&text).unwrap();
         assert_eq!(asked.users_file.as_deref(), Some(path), "{text}");
         assert_eq!(asked.auth_on(at), Ok(Auth::ScramSha256));

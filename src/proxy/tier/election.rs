@@ -76,19 +76,21 @@ pub fn lock_key(name: &str) -> (i32, i32) {
 pub enum Standing {
     /// It follows (or waits for) a leader.
     Follower,
-    /// It holds the lock and runs the controller, at this generation.
+    /// It holds the lock on a majority of the replicas and runs the
+    /// controller, at this generation.
     Leader { generation: u64 },
 }
 
 /// What one round on the control connection saw.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Seen {
-    /// Whether the connection answered (a leader's `SELECT 1`, a
-    /// follower's lock attempt).
+    /// A leader: whether it still holds the lock on a majority of the
+    /// replicas; a follower: whether any control connection answered.
     pub answered: bool,
-    /// A follower's `pg_try_advisory_lock`: `Some(true)` when it got it.
+    /// A follower's `pg_try_advisory_lock` on every replica: `Some(true)`
+    /// when it took a majority.
     pub won: Option<bool>,
-    /// Who holds the lock, per the directory.
+    /// Who holds the lock on the most replicas, per the directories.
     pub holder: Option<Member>,
 }
 
@@ -97,13 +99,36 @@ pub struct Seen {
 pub enum Step {
     /// Lead from now on, at this generation.
     Lead(u64),
-    /// The leader lost its control connection (and with it, the lock):
-    /// it stops leading at once, before any other work.
+    /// The leader holds the lock on less than a majority of the replicas
+    /// now: it stops leading at once, before any other work.
     StepDown,
     /// Follow the leader at this feed address.
     Follow(SocketAddr),
     /// Nothing changes.
     Stay,
+}
+
+/// The locks a member must hold to lead a tier over `k` replicas: a
+/// majority, so that two members never both lead.
+pub fn majority_of(k: usize) -> usize {
+    k / 2 + 1
+}
+
+/// The member that holds the tier's lock on the most replicas, per each
+/// replica's directory (`(member, holds it there, is this connection)`);
+/// `None` when nobody holds it anywhere. Ties go to the lower peer id (a
+/// follower that links to a member that does not lead is turned away, and
+/// tries again next round).
+pub fn holder_of(dirs: &[Vec<(Member, bool, bool)>]) -> Option<Member> {
+    let mut count: Vec<(Member, usize)> = Vec::new();
+    for (m, ..) in dirs.iter().flatten().filter(|(_, holds, _)| *holds) {
+        match count.iter_mut().find(|(c, _)| c.peer == m.peer) {
+            Some((_, n)) => *n += 1,
+            None => count.push((m.clone(), 1)),
+        }
+    }
+    count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.peer.cmp(&b.0.peer)));
+    count.into_iter().next().map(|(m, _)| m)
 }
 
 /// The step for member `me`, standing at `standing`, after `seen`;
@@ -155,6 +180,20 @@ mod tests {
         assert_ne!(a.1, b.1, "tiers on one cluster do not share a lock");
         assert!(a.1 >= 0 && b.1 >= 0);
         assert_eq!(lock_key("t1"), a, "every member computes the same key");
+    }
+
+    /// A majority of five is three; of four, three; of one, one. The
+    /// holder is whoever holds the lock on the most replicas.
+    #[test]
+    fn the_leader_holds_a_majority_of_the_locks() {
+        assert_eq!([1, 2, 3, 4, 5, 7].map(majority_of), [1, 2, 2, 3, 3, 4]);
+        let on = |holders: &[u8]| -> Vec<(Member, bool, bool)> {
+            [1, 2, 3].map(|p| (member(p), holders.contains(&p), false)).to_vec()
+        };
+        assert_eq!(holder_of(&[on(&[]), on(&[])]), None);
+        let dirs = [on(&[2]), on(&[2]), on(&[1]), on(&[])];
+        assert_eq!(holder_of(&dirs).map(|m| m.peer), Some(2));
+        assert_eq!(holder_of(&[on(&[3]), on(&[1])]).map(|m| m.peer), Some(1), "a tie goes to the lower id");
     }
 
     #[test]

@@ -52,6 +52,7 @@ pub(super) async fn follow(shared: Arc<Shared>, feed: SocketAddr) {
     while let Ok(Some(l)) = lines.next_line().await {
         let Ok(m) = wire::parse::<ToFollower>(&l) else { break };
         let mut s = t.state();
+        let (before, mut tell) = (s.view.fence.generation(), false);
         match m {
             ToFollower::Welcome { leader, generation } => {
                 if !s.view.fence.admits(generation) {
@@ -63,6 +64,8 @@ pub(super) async fn follow(shared: Arc<Shared>, feed: SocketAddr) {
                     );
                     break;
                 }
+                s.leader = Some(leader);
+                tell = true;
                 eprintln!(
                     "plbbench proxy: tier {}: peer {} follows peer {leader} (generation {generation})",
                     t.me.tier, t.me.peer
@@ -94,12 +97,20 @@ pub(super) async fn follow(shared: Arc<Shared>, feed: SocketAddr) {
                 break;
             }
         }
+        let tell = tell || s.view.fence.generation() != before;
+        drop(s);
+        if tell {
+            super::say(&shared, &t);
+        }
     }
     writer.abort();
     let mut s = t.state();
     if s.link.as_ref().is_some_and(|l| l.2 == n) {
         s.link = None;
+        s.leader = None;
         s.asks.clear();
+        drop(s);
+        super::say(&shared, &t);
         eprintln!("plbbench proxy: tier {}: the link to the leader at {feed} closed", t.me.tier);
     }
 }

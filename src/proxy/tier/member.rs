@@ -1,13 +1,20 @@
-//! A member's control connection and its election loop (docs/scale.md,
-//! "Agreeing on roles", "When the leader dies"): the connection goes to
-//! the first replica that answers, r1..rK, with TCP keepalives on both
-//! ends and `tcp_user_timeout`, so that a vanished member's backend, and
-//! its lock, go within seconds. Every `retry` a follower tries the lock
-//! and reads the directory; the leader checks its connection and steps
-//! down the moment it fails. [`join`] opens the connection at start and
-//! refuses a second member with the same identity.
+//! A member's control connections and its election loop (docs/scale.md,
+//! "Agreeing on roles", "When the leader dies"): one connection to every
+//! replica that answers, with TCP keepalives on both ends and
+//! `tcp_user_timeout`, so that a vanished member's backends, and its
+//! locks, go within seconds. A member leads while it holds the tier's
+//! advisory lock on a majority of the K replicas: two members cannot both
+//! hold a majority of locks that are each exclusive on their server, even
+//! when replicas fail and return (a lock on "the first replica that
+//! answers" let a member restarted after r1 returned lead beside the
+//! leader that had moved to r2). Every `retry` a follower tries the lock
+//! on every replica and keeps its wins only when they are a majority; the
+//! leader checks its connections, takes the lock where it lacks it (a
+//! replica back), and steps down the moment it holds less than a
+//! majority. [`join`] opens the connections at start and refuses a second
+//! member with the same identity.
 
-use super::election::{decide, lock_key, Member, Seen, Standing, Step};
+use super::election::{decide, holder_of, lock_key, majority_of, Member, Seen, Standing, Step};
 use super::follow::{Books, Counts};
 use super::{link, Tier};
 use crate::proxy::Shared;
@@ -24,10 +31,30 @@ const CONTROL_TIMEOUT: Duration = Duration::from_secs(3);
 /// no follower reported: followers that live reconnect well within this.
 const UNREPORTED_S: f64 = 5.0;
 
-/// The control connection, on replica `r`.
+/// The control connections, one per replica (`None`: it did not answer
+/// the last time), and the replicas whose tier lock it holds.
 pub struct Joined {
-    client: Client,
-    r: usize,
+    conns: Vec<Option<Client>>,
+    held: Vec<bool>,
+}
+
+impl Joined {
+    /// How many tier locks it holds.
+    fn holds(&self) -> usize {
+        self.held.iter().filter(|h| **h).count()
+    }
+
+    /// The replicas it holds the lock on, as `r1 r3 r4`.
+    fn held_on(&self) -> String {
+        let on: Vec<String> = (0..self.held.len()).filter(|&r| self.held[r]).map(|r| format!("r{}", r + 1)).collect();
+        on.join(" ")
+    }
+
+    /// Drops replica `r`'s connection (and with it its lock).
+    fn lose(&mut self, r: usize) {
+        self.conns[r] = None;
+        self.held[r] = false;
+    }
 }
 
 /// Why a member may not join its tier.
@@ -39,54 +66,66 @@ pub enum JoinError {
     Taken(Member),
 }
 
-/// Opens the control connection and checks that no other member has
+/// Opens the control connections and checks that no other member has
 /// `me`'s peer id.
 pub async fn join(replicas: &[Config], me: &Member) -> Result<Joined, JoinError> {
-    let joined = connect_first(replicas, me).await.map_err(JoinError::Unreachable)?;
-    let dir = directory(&joined.client, &me.tier).await.map_err(JoinError::Unreachable)?;
-    match dir.into_iter().find(|(m, _, own)| m.peer == me.peer && !own) {
-        Some((m, ..)) => Err(JoinError::Taken(m)),
-        None => Ok(joined),
-    }
-}
-
-/// A control connection to the first replica that answers, in r1..rK
-/// order; `Err` lists why each did not.
-async fn connect_first(replicas: &[Config], me: &Member) -> Result<Joined, String> {
+    let tried = futures_util::future::join_all(replicas.iter().map(|cfg| connect_one(cfg, me))).await;
     let mut why = Vec::new();
-    for (r, cfg) in replicas.iter().enumerate() {
-        let mut cfg = cfg.clone();
-        cfg.application_name(me.app_name())
-            .connect_timeout(CONTROL_TIMEOUT)
-            .keepalives(true)
-            .keepalives_idle(Duration::from_secs(2))
-            .keepalives_interval(Duration::from_secs(1))
-            .keepalives_retries(3)
-            .tcp_user_timeout(Duration::from_secs(5));
-        let login = async {
-            let (client, conn) = cfg.connect(NoTls).await?;
-            tokio::spawn(conn);
-            // The server's side of the socket: a vanished member's backend
-            // (and its lock) goes within about 5 s.
-            client
-                .batch_execute(
-                    "SET tcp_keepalives_idle = 2; SET tcp_keepalives_interval = 1; \
-                     SET tcp_keepalives_count = 3; SET tcp_user_timeout = 5000",
-                )
-                .await?;
-            Ok::<_, tokio_postgres::Error>(client)
-        };
-        match tokio::time::timeout(CONTROL_TIMEOUT, login).await {
-            Ok(Ok(client)) => return Ok(Joined { client, r }),
-            Ok(Err(e)) => why.push(format!("r{}: {e}", r + 1)),
-            Err(_) => why.push(format!("r{}: no answer within {CONTROL_TIMEOUT:?}", r + 1)),
+    let mut conns = Vec::new();
+    for (r, c) in tried.into_iter().enumerate() {
+        match c {
+            Ok(client) => conns.push(Some(client)),
+            Err(e) => {
+                why.push(format!("r{}: {e}", r + 1));
+                conns.push(None);
+            }
         }
     }
-    Err(why.join("; "))
+    if conns.iter().all(Option::is_none) {
+        return Err(JoinError::Unreachable(why.join("; ")));
+    }
+    for client in conns.iter().flatten() {
+        let dir = directory(client, &me.tier).await.map_err(JoinError::Unreachable)?;
+        if let Some((m, ..)) = dir.into_iter().find(|(m, _, own)| m.peer == me.peer && !own) {
+            return Err(JoinError::Taken(m));
+        }
+    }
+    let held = vec![false; conns.len()];
+    Ok(Joined { conns, held })
 }
 
-/// The tier's members on the control connection's replica: each one, if
-/// it holds the tier's lock, and whether it is this connection.
+/// A control connection to one replica.
+async fn connect_one(cfg: &Config, me: &Member) -> Result<Client, String> {
+    let mut cfg = cfg.clone();
+    cfg.application_name(me.app_name())
+        .connect_timeout(CONTROL_TIMEOUT)
+        .keepalives(true)
+        .keepalives_idle(Duration::from_secs(2))
+        .keepalives_interval(Duration::from_secs(1))
+        .keepalives_retries(3)
+        .tcp_user_timeout(Duration::from_secs(5));
+    let login = async {
+        let (client, conn) = cfg.connect(NoTls).await?;
+        tokio::spawn(conn);
+        // The server's side of the socket: a vanished member's backend
+        // (and its lock) goes within about 5 s.
+        client
+            .batch_execute(
+                "SET tcp_keepalives_idle = 2; SET tcp_keepalives_interval = 1; \
+                 SET tcp_keepalives_count = 3; SET tcp_user_timeout = 5000",
+            )
+            .await?;
+        Ok::<_, tokio_postgres::Error>(client)
+    };
+    match tokio::time::timeout(CONTROL_TIMEOUT, login).await {
+        Ok(Ok(client)) => Ok(client),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {CONTROL_TIMEOUT:?}")),
+    }
+}
+
+/// The tier's members on one control connection's replica: each one, if
+/// it holds the tier's lock there, and whether it is this connection.
 async fn directory(client: &Client, tier: &str) -> Result<Vec<(Member, bool, bool)>, String> {
     let (k1, k2) = lock_key(tier);
     let sql = format!(
@@ -122,25 +161,16 @@ async fn query(client: &Client, sql: &str) -> Result<Vec<Vec<String>>, String> {
 }
 
 /// The election loop, for the life of the proxy.
-pub(super) async fn elect(shared: Arc<Shared>, joined: Joined) {
+pub(super) async fn elect(shared: Arc<Shared>, mut c: Joined) {
     let t = shared.tier.clone().expect("a tier member");
-    let mut conn = Some(joined);
     let mut every = tokio::time::interval(t.retry);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut expire_at: Option<f64> = None;
     loop {
         every.tick().await;
-        if conn.as_ref().is_some_and(|c| c.client.is_closed()) {
-            conn = None;
-        }
-        if conn.is_none() {
-            conn = connect_first(&shared.replicas, &t.me).await.ok();
-        }
+        reconnect(&shared, &t, &mut c).await;
         let standing = t.state().standing;
-        let seen = round(&t, conn.as_ref(), standing).await;
-        if !seen.answered {
-            conn = None;
-        }
+        let seen = round(&t, &mut c, standing).await;
         let next = t.state().view.fence.next();
         match decide(t.me.peer, standing, &seen, next) {
             Step::Lead(generation) => {
@@ -150,7 +180,7 @@ pub(super) async fn elect(shared: Arc<Shared>, joined: Joined) {
                     1 => vec![[0; 2]; shared.replicas.len()],
                     _ => unreported(&shared).await,
                 };
-                lead(&shared, &t, generation, extra, conn.as_ref().map_or(0, |c| c.r));
+                lead(&shared, &t, generation, extra, &c.held_on());
                 expire_at = Some(shared.now() + UNREPORTED_S);
             }
             Step::StepDown => step_down(&shared, &t),
@@ -161,6 +191,12 @@ pub(super) async fn elect(shared: Arc<Shared>, joined: Joined) {
                 }
             }
             Step::Stay => {}
+        }
+        if seen.won == Some(false) && c.holds() == 0 && seen.holder.is_none() {
+            // Nobody won a majority this round: wait a random part of a
+            // round, so that members that keep colliding fall apart.
+            let ms = rand::random::<u64>() % (t.retry.as_millis() as u64 / 2 + 1);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
         }
         if expire_at.is_some_and(|at| shared.now() >= at) {
             expire_at = None;
@@ -173,30 +209,80 @@ pub(super) async fn elect(shared: Arc<Shared>, joined: Joined) {
     }
 }
 
-/// One round on the control connection: a leader's `SELECT 1`, a
-/// follower's lock attempt, and the directory (which also tells where
-/// cancel requests for other members go).
-async fn round(t: &Tier, conn: Option<&Joined>, standing: Standing) -> Seen {
-    let Some(c) = conn else { return Seen { answered: false, won: None, holder: None } };
+/// Drops closed control connections and opens the missing ones, all at
+/// once (a replica that is down costs one connect timeout, not one per
+/// replica).
+async fn reconnect(shared: &Shared, t: &Tier, c: &mut Joined) {
+    for r in 0..c.conns.len() {
+        if c.conns[r].as_ref().is_some_and(Client::is_closed) {
+            c.lose(r);
+        }
+    }
+    let missing: Vec<usize> = (0..c.conns.len()).filter(|&r| c.conns[r].is_none()).collect();
+    let opened = futures_util::future::join_all(missing.iter().map(|&r| connect_one(&shared.replicas[r], &t.me))).await;
+    for (r, client) in missing.into_iter().zip(opened) {
+        c.conns[r] = client.ok();
+    }
+}
+
+/// One round on the control connections: the lock tried where it is not
+/// held (kept only as a majority by a follower; by the leader wherever it
+/// gets it), a held one's connection checked, and the directories (which
+/// also tell where cancel requests for other members go). For a leader,
+/// `answered` says it still holds a majority; for a follower, `won` says
+/// it took one.
+async fn round(t: &Tier, c: &mut Joined, standing: Standing) -> Seen {
     let (k1, k2) = lock_key(&t.me.tier);
-    let asked = match standing {
-        Standing::Leader { .. } => query(&c.client, "SELECT 1").await.map(|_| None),
-        Standing::Follower => query(&c.client, &format!("SELECT pg_try_advisory_lock({k1}, {k2})"))
-            .await
-            .map(|rows| Some(rows.first().and_then(|r| r.first()).is_some_and(|v| v == "t"))),
-    };
-    let Ok(won) = asked else { return Seen { answered: false, won: None, holder: None } };
-    let dir = directory(&c.client, &t.me.tier).await.unwrap_or_default();
-    let peers: HashMap<u8, _> = dir.iter().map(|(m, ..)| (m.peer, m.client)).collect();
+    let try_lock = format!("SELECT pg_try_advisory_lock({k1}, {k2})");
+    for r in 0..c.conns.len() {
+        let Some(client) = &c.conns[r] else { continue };
+        let sql = if c.held[r] { "SELECT 1" } else { try_lock.as_str() };
+        match query(client, sql).await {
+            Ok(rows) if !c.held[r] => c.held[r] = rows.first().and_then(|r| r.first()).is_some_and(|v| v == "t"),
+            Ok(_) => {}
+            Err(_) => c.lose(r),
+        }
+    }
+    let mut dirs = Vec::new();
+    for client in c.conns.iter().flatten() {
+        dirs.push(directory(client, &t.me.tier).await.unwrap_or_default());
+    }
+    let peers: HashMap<u8, _> = dirs.iter().flatten().map(|(m, ..)| (m.peer, m.client)).collect();
     *t.peers.lock().expect("peers lock") = peers;
-    let holder = dir.into_iter().find(|(_, holds, _)| *holds).map(|(m, ..)| m);
-    Seen { answered: true, won, holder }
+    let holder = holder_of(&dirs);
+    let majority = c.holds() >= majority_of(c.conns.len());
+    if !majority && c.holds() > 0 {
+        release(c, &format!("SELECT pg_advisory_unlock({k1}, {k2})")).await;
+    }
+    match standing {
+        Standing::Leader { .. } => Seen { answered: majority, won: None, holder },
+        Standing::Follower => Seen { answered: c.conns.iter().any(Option::is_some), won: Some(majority), holder },
+    }
+}
+
+/// Gives up every tier lock it holds (a minority: another member may be
+/// taking the majority).
+async fn release(c: &mut Joined, unlock: &str) {
+    for r in 0..c.conns.len() {
+        if !c.held[r] {
+            continue;
+        }
+        c.held[r] = false;
+        let released = match &c.conns[r] {
+            Some(client) => query(client, unlock).await.is_ok(),
+            None => true,
+        };
+        if !released {
+            // A connection that does not answer loses its lock with it.
+            c.lose(r);
+        }
+    }
 }
 
 /// This member won the lock: its controller goes on from the roles it
 /// last followed, with its own sessions and `extra` (the cluster's, not
 /// its own) as the counts, at `generation`.
-fn lead(shared: &Shared, t: &Tier, generation: u64, extra: Counts, on: usize) {
+fn lead(shared: &Shared, t: &Tier, generation: u64, extra: Counts, on: &str) {
     let mut s = t.state();
     let restored = shared.control(|c, _| {
         let k = c.c.replicas();
@@ -217,17 +303,17 @@ fn lead(shared: &Shared, t: &Tier, generation: u64, extra: Counts, on: usize) {
     s.view.fence.lead(generation, 0);
     s.link = None;
     s.asks.clear();
+    s.leader = None;
     t.leading.store(true, Ordering::SeqCst);
+    drop(s);
+    super::say(shared, t);
     eprintln!(
-        "plbbench proxy: tier {}: peer {} leads, generation {generation} (lock on r{}, feed {})",
-        t.me.tier,
-        t.me.peer,
-        on + 1,
-        t.me.feed
+        "plbbench proxy: tier {}: peer {} leads, generation {generation} (locks on {on}, feed {})",
+        t.me.tier, t.me.peer, t.me.feed
     );
 }
 
-/// The leader's control connection failed: it stops leading at once and
+/// The leader holds less than a majority of the locks: it stops leading at once and
 /// routes within its own last roles until a new leader speaks.
 fn step_down(shared: &Shared, t: &Tier) {
     let mut s = t.state();
@@ -237,6 +323,8 @@ fn step_down(shared: &Shared, t: &Tier) {
     let held = shared.control(|c, _| c.c.router().held());
     s.view.stepped_down(generation, held);
     t.followers.lock().expect("followers lock").clear();
+    drop(s);
+    super::say(shared, t);
     eprintln!(
         "plbbench proxy: tier {}: peer {} lost its control connection and stops leading (generation {generation})",
         t.me.tier, t.me.peer

@@ -19,6 +19,7 @@ pub mod wire;
 
 use super::login::Fatal;
 use super::Shared;
+use crate::backend::proxy_feed::{Feed, TierLine};
 use crate::core::model::{Class, ReplicaId};
 use crate::core::router::RouterConfig;
 use election::{Member, Standing};
@@ -87,6 +88,12 @@ struct State {
     books: Books,
     /// While it leads: the sequence number of its last role vector.
     seq: u64,
+    /// While it follows over a live link: its leader's peer id.
+    leader: Option<u8>,
+    /// Routing decisions so far, and those made on stale roles (see
+    /// [`TierLine::stale`]).
+    routed: u64,
+    stale: u64,
 }
 
 impl Tier {
@@ -104,6 +111,9 @@ impl Tier {
                 next: 0,
                 books: Books::default(),
                 seq: 0,
+                leader: None,
+                routed: 0,
+                stale: 0,
             }),
             peers: Mutex::new(HashMap::new()),
             followers: Mutex::new(HashMap::new()),
@@ -125,6 +135,22 @@ impl Tier {
     fn refuse(&self, why: String) {
         *self.refused.lock().expect("refused lock") = Some(why);
         self.stop.notify_one();
+    }
+
+    /// Its standing for the feed at proxy time `t_s`.
+    pub fn line(&self, t_s: f64) -> TierLine {
+        let s = self.state();
+        let leading = matches!(s.standing, Standing::Leader { .. });
+        TierLine {
+            t_s,
+            peer: self.me.peer,
+            leading,
+            leader: if leading { Some(self.me.peer) } else { s.leader.filter(|_| s.link.is_some()) },
+            generation: s.view.fence.generation(),
+            open: s.view.own().iter().map(|c| c[0] + c[1]).sum(),
+            routed: s.routed,
+            stale: s.stale,
+        }
     }
 
     /// Client address of peer `peer`, per the directory.
@@ -158,6 +184,7 @@ pub(crate) fn start(
 pub(super) async fn admit(shared: &Shared, t: &Tier, id: u32, class: Class) -> Result<ReplicaId, Fatal> {
     let answer = {
         let mut s = t.state();
+        s.routed += 1;
         if let Standing::Leader { .. } = s.standing {
             let r = shared.control(|c, now| c.c.request(id, class, now));
             return match r {
@@ -169,8 +196,9 @@ pub(super) async fn admit(shared: &Shared, t: &Tier, id: u32, class: Class) -> R
             };
         }
         if let Some(r) = s.view.choose(class) {
-            if let Some((tx, ..)) = &s.link {
-                let _ = tx.send(wire::line(&ToLeader::Start { replica: r, class }));
+            match &s.link {
+                Some((tx, ..)) => _ = tx.send(wire::line(&ToLeader::Start { replica: r, class })),
+                None => s.stale += 1,
             }
             return Ok(r);
         }
@@ -192,6 +220,14 @@ pub(super) async fn admit(shared: &Shared, t: &Tier, id: u32, class: Class) -> R
             Ok(r)
         }
         _ => Err(super::full(class, "has no room within the tier's roles (the leader found none)")),
+    }
+}
+
+/// Says the member's standing on the feed, when the proxy has one (at
+/// every change and once a second).
+pub(crate) fn say(shared: &Shared, t: &Tier) {
+    if shared.feed {
+        println!("{}", Feed::Tier(t.line(shared.now())).line());
     }
 }
 

@@ -215,6 +215,7 @@ fn synthetic(partial: bool, workload: &str) -> (Summary, RunMetrics) {
         detector: Some(crate::core::recovery::Suspicions { suspicions: 9, false_suspicions: 3, false_removals: 1 }),
         generator: None,
         tier: None,
+        proxy_tier: None,
     };
     (summary, metrics)
 }

@@ -29,8 +29,11 @@ pub fn run(plan: &Plan, index: u32) -> Result<(), Error> {
     let configs = go.dsns.iter().map(|d| d.parse()).collect::<Result<Vec<_>, _>>().context("the replicas' DSNs")?;
     let cluster = Arc::new(Mutex::new(Cluster::External(ExternalCluster::unchecked(configs))));
     let (_, feed) = tokio::sync::mpsc::unbounded_channel();
-    let configs =
-        super::super::via_proxy::client_configs(go.proxy, &go.user, go.password.as_deref(), go.dbname.as_deref());
+    let proxies = if go.tier.is_empty() { vec![go.proxy] } else { go.tier.clone() };
+    let configs = proxies
+        .into_iter()
+        .map(|p| super::super::via_proxy::client_configs(p, &go.user, go.password.as_deref(), go.dbname.as_deref()))
+        .collect();
     let link = ProxyLink { configs, start_unix_s: crate::backend::proxy_feed::unix_now(), feed };
     let input = DriverInput {
         workload: Arc::new(plan.workload.clone()),
@@ -51,7 +54,12 @@ pub fn run(plan: &Plan, index: u32) -> Result<(), Error> {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the tokio runtime")?;
     let (_, out) = runtime.block_on(driver::run(input, cluster, collector));
-    say(&Line::Done { in_flight: out.in_flight, interrupted: out.signal.is_some(), generator: out.generator });
+    say(&Line::Done {
+        in_flight: out.in_flight,
+        interrupted: out.signal.is_some(),
+        generator: out.generator,
+        through: out.through,
+    });
     Ok(())
 }
 
@@ -93,6 +101,7 @@ mod tests {
         let go = Go {
             start_mono_ns: 42,
             proxy: "127.0.0.1:6432".parse().unwrap(),
+            tier: Vec::new(),
             user: "postgres".into(),
             password: None,
             dbname: Some("plb".into()),

@@ -233,11 +233,11 @@ fn handshake(s: &mut Started, first: &Receiver<Line>) -> Result<(), String> {
 
 impl Children {
     /// Tells every child the run's time zero (now, on its own clock) and
-    /// how to reach the proxy (and the password it asks, if any); returns
+    /// how to reach the proxies (and the password they ask, if any); returns
     /// time zero and what the driver reads of them.
     pub fn go(
         &mut self,
-        proxy: std::net::SocketAddr,
+        proxies: &[std::net::SocketAddr],
         password: Option<&str>,
         cluster: &Cluster,
     ) -> (std::time::Instant, Vec<Remote>) {
@@ -248,7 +248,8 @@ impl Children {
         for s in &mut self.started {
             let go = Go {
                 start_mono_ns: s.offset.to_child(start_mono_ns),
-                proxy,
+                proxy: proxies[0],
+                tier: if proxies.len() > 1 { proxies.to_vec() } else { Vec::new() },
                 user: base.get_user().unwrap_or("postgres").to_string(),
                 password: password.map(str::to_string),
                 dbname: base.get_dbname().map(str::to_string),

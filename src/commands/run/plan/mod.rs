@@ -6,10 +6,12 @@
 //! reads the flags after the plan is built.
 
 use super::args::{CommonArgs, ExternalArgs, RunArgs};
+use crate::cluster::external::DatasetStep;
 use crate::core::admission::Gate;
 use crate::core::faults::{self, Timeline};
 use crate::core::model::{Action, FaultEvent};
 use crate::core::phases::{self, Phase};
+use crate::core::proxy_tier::{self, ProxyFault};
 use crate::core::roles::RoleVector;
 use crate::core::router::{RouterConfig, Strategy};
 use crate::core::settings::{Admission, Checks, ClusterKind, Detection, GeneratorsOn, Named};
@@ -58,8 +60,8 @@ pub struct ExternalSpec {
     pub dsns: Vec<String>,
     /// Cluster file with DSNs and fault commands.
     pub cluster_file: Option<PathBuf>,
-    /// Load the dataset instead of only checking it.
-    pub load_dataset: bool,
+    /// What opening the cluster does with the dataset.
+    pub dataset: DatasetStep,
 }
 
 impl ClusterSpec {
@@ -145,6 +147,11 @@ pub struct Plan {
     /// `--via-proxy`: the routing flags of the proxy child (see
     /// `via_proxy::flags`); `None`: the clients route themselves.
     pub via_proxy: Option<Vec<String>>,
+    /// `--proxies`: the proxy processes the clients go through (a tier
+    /// when more than one).
+    pub proxies: u32,
+    /// `--proxy-faults`, scaled.
+    pub proxy_faults: Vec<ProxyFault>,
     /// `--generators`: how many generator processes drive the clients.
     pub generators: u32,
     /// `--generators-on`: where they run.
@@ -382,6 +389,8 @@ impl Plan {
             refuse_partition_on_local(&faults_name, &events)?;
         }
         let x = time_scale(args.duration, c.time_scale, &workload)?;
+        let proxy_faults = super::proxy_args::check_proxies(&mut args, workload.run.duration_s)?;
+        let c = &args.common;
         let via_proxy = super::proxy_args::flags(&args, x)?;
         let faults = faults::scaled(&events, x);
         let (ramp_s, duration_s) = (workload.arrival.ramp_s * x, workload.run.duration_s * x);
@@ -442,6 +451,8 @@ impl Plan {
             out,
             checks: c.checks,
             via_proxy,
+            proxies: args.proxies,
+            proxy_faults: proxy_tier::scaled(&proxy_faults, x),
             generators: args.generators,
             generators_on: args.generators_on,
             inputs,
@@ -719,7 +730,7 @@ fn cluster_spec(args: &RunArgs) -> Result<ClusterSpec, Error> {
     if args.metrics_addr.is_some() && kind == ClusterKind::Sim {
         return Err(input("--metrics-addr", "the simulator runs in virtual time; serve metrics from a real run"));
     }
-    let ExternalArgs { dsns, cluster_file, load_dataset } = args.external.clone();
+    let ExternalArgs { dsns, cluster_file, load_dataset, dataset_checked } = args.external.clone();
     let external = kind == ClusterKind::External;
     if external && dsns.is_empty() && cluster_file.is_none() {
         return Err(input("--dsn", "`--cluster external` needs --dsn (once per replica) or --cluster-file"));
@@ -731,7 +742,14 @@ fn cluster_spec(args: &RunArgs) -> Result<ClusterSpec, Error> {
         ClusterKind::Sim => ClusterSpec::Sim,
         ClusterKind::Local => ClusterSpec::Local,
         ClusterKind::Docker => ClusterSpec::Docker,
-        ClusterKind::External => ClusterSpec::External(ExternalSpec { dsns, cluster_file, load_dataset }),
+        ClusterKind::External => {
+            let dataset = match (load_dataset, dataset_checked) {
+                (true, _) => DatasetStep::Load,
+                (false, true) => DatasetStep::Trust,
+                (false, false) => DatasetStep::Check,
+            };
+            ClusterSpec::External(ExternalSpec { dsns, cluster_file, dataset })
+        }
     })
 }
 
