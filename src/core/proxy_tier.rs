@@ -307,7 +307,7 @@ fn reigns(log: &TierLog, end_s: f64) -> Vec<Reign> {
     for (t, slot, what) in &log.seen {
         let ending = match what {
             Seen::Said(l) if l.leading => {
-                if !open.get(slot).is_some_and(|r| r.generation == l.generation) {
+                if open.get(slot).is_none_or(|r| r.generation != l.generation) {
                     if let Some(mut r) = open.remove(slot) {
                         r.to_s = *t;
                         r.ended = "stepped down".into();
