@@ -1,11 +1,11 @@
 //! How a tier's members find each other and elect a leader through the
 //! cluster itself (docs/scale.md, "Agreeing on roles"), with no other
-//! coordination service: every member keeps a control connection to the
-//! first replica that answers, in r1..rK order, named with its identity
-//! ([`Member::app_name`], read back from `pg_stat_activity` by the others:
-//! the tier's directory); the member whose connection holds the tier's
-//! advisory lock ([`lock_key`]) leads. [`decide`] is what a member does
-//! with what it saw on its connection. Pure.
+//! coordination service: every member keeps a control connection to every
+//! replica that answers, named with its identity ([`Member::app_name`],
+//! read back from `pg_stat_activity` by the others: the tier's directory);
+//! the member that holds the tier's advisory lock ([`lock_key`]) on a
+//! majority of the replicas ([`majority_of`]) leads. [`decide`] is what a
+//! member does with what it saw on its connections. Pure.
 
 use std::net::SocketAddr;
 

@@ -172,6 +172,23 @@ impl Books {
         Change { place, unplace: Vec::new() }
     }
 
+    /// `pg_stat_activity` read after the leader began to lead showed `seen`
+    /// sessions beyond its own: those no follower has reported (and not
+    /// counted yet) are counted as unreported, until [`Books::expire`].
+    pub fn late_unreported(&mut self, seen: &Counts) -> Change {
+        let k = seen.len().max(self.unreported.len());
+        self.unreported.resize(k, [0; 2]);
+        let mut place = vec![[0; 2]; k];
+        for (r, s) in seen.iter().enumerate() {
+            for c in 0..2 {
+                let reported: u32 = self.followers.values().map(|f| f.get(r).map_or(0, |n| n[c])).sum();
+                place[r][c] = s[c].saturating_sub(reported).saturating_sub(self.unreported[r][c]);
+                self.unreported[r][c] += place[r][c];
+            }
+        }
+        Change { place, unplace: Vec::new() }
+    }
+
     /// A follower's session started (`true`) or ended on `r`.
     pub fn session(&mut self, peer: u8, r: ReplicaId, class: Class, started: bool) {
         if let Some(n) = self.followers.get_mut(&peer).and_then(|f| f.get_mut(r.idx())) {
@@ -281,6 +298,20 @@ mod tests {
         let mut fresh = Books::new(vec![[1, 2]]);
         assert_eq!(fresh.expire().unplace, vec![[1, 2]], "unclaimed sessions go after the grace period");
         assert_eq!(fresh.expire(), Change::default());
+    }
+
+    /// Read after the followers said hello, `pg_stat_activity` adds only
+    /// what none of them reported; a follower joining later claims its own
+    /// from it, and all of it goes at expiry.
+    #[test]
+    fn a_late_reading_counts_only_what_nobody_reported() {
+        let mut b = Books::new(vec![[0; 2]; 3]);
+        b.join(2, vec![[1, 0], [0, 2], [0, 0]]);
+        let c = b.late_unreported(&vec![[3, 0], [0, 2], [0, 4]]);
+        assert_eq!(c.place, vec![[2, 0], [0, 0], [0, 4]]);
+        assert_eq!(b.late_unreported(&vec![[3, 0], [0, 2], [0, 4]]).place, vec![[0; 2]; 3], "counted once");
+        assert_eq!(b.join(3, vec![[0, 0], [0, 0], [0, 3]]).place, vec![[0; 2]; 3], "claimed from the unreported");
+        assert_eq!(b.expire().unplace, vec![[2, 0], [0, 0], [0, 1]]);
     }
 
     #[test]

@@ -174,13 +174,21 @@ pub(super) async fn elect(shared: Arc<Shared>, mut c: Joined) {
         let next = t.state().view.fence.next();
         match decide(t.me.peer, standing, &seen, next) {
             Step::Lead(generation) => {
-                // The tier's first leader has nothing to rebuild: every
-                // member reports its sessions when it joins.
-                let extra = match generation {
-                    1 => vec![[0; 2]; shared.replicas.len()],
-                    _ => unreported(&shared).await,
-                };
-                lead(&shared, &t, generation, extra, &c.held_on());
+                // It leads at once on its own sessions and the followers'
+                // as they say hello; the cluster's view of the rest comes
+                // after (reading it on a saturated cluster took seconds,
+                // which the tier spent with no leader). The tier's first
+                // leader has nothing to rebuild: every member reports its
+                // sessions when it joins.
+                lead(&shared, &t, generation, &c.held_on());
+                if generation > 1 {
+                    let seen = unreported(&shared).await;
+                    let mut s = t.state();
+                    if s.standing == (Standing::Leader { generation }) {
+                        let change = s.books.late_unreported(&seen);
+                        shared.control(|c, _| super::feed::apply(&mut c.c, &change));
+                    }
+                }
                 expire_at = Some(shared.now() + UNREPORTED_S);
             }
             Step::StepDown => step_down(&shared, &t),
@@ -279,10 +287,10 @@ async fn release(c: &mut Joined, unlock: &str) {
     }
 }
 
-/// This member won the lock: its controller goes on from the roles it
-/// last followed, with its own sessions and `extra` (the cluster's, not
-/// its own) as the counts, at `generation`.
-fn lead(shared: &Shared, t: &Tier, generation: u64, extra: Counts, on: &str) {
+/// This member won the locks: its controller goes on from the roles it
+/// last followed, with its own sessions as the counts, at `generation`.
+fn lead(shared: &Shared, t: &Tier, generation: u64, on: &str) {
+    let extra = vec![[0; 2]; shared.replicas.len()];
     let mut s = t.state();
     let restored = shared.control(|c, _| {
         let k = c.c.replicas();
