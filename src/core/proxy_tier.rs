@@ -51,8 +51,9 @@ pub struct ProxyFault {
 }
 
 /// The preset `failover` on the run's default 300 s timeline: the leader
-/// killed at 180 s (down2 of `cascade`: two replicas down, the roles
-/// repaired), a follower stopped at 225 s and started again at 260 s.
+/// killed at 180 s (while the default `premium-fault` holds r1 down, and
+/// `cascade` r1 and r2, with the roles repaired), a follower stopped at
+/// 225 s, and both started again at 260 s.
 const FAILOVER: &str = "kill-leader@180,stop-follower@225,restart@260";
 
 /// Parses `--proxy-faults`: a preset name, or `ACTION@SECONDS,...` on the

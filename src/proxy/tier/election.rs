@@ -114,14 +114,14 @@ pub fn majority_of(k: usize) -> usize {
     k / 2 + 1
 }
 
-/// The member that holds the tier's lock on the most replicas, per each
-/// replica's directory (`(member, holds it there, is this connection)`);
-/// `None` when nobody holds it anywhere. Ties go to the lower peer id (a
-/// follower that links to a member that does not lead is turned away, and
-/// tries again next round).
-pub fn holder_of(dirs: &[Vec<(Member, bool, bool)>]) -> Option<Member> {
+/// The member other than `me` that holds the tier's lock on the most
+/// replicas, per each replica's directory (`(member, holds it there, is
+/// this connection)`); `None` when no other member holds it anywhere.
+/// Ties go to the lower peer id (a follower that links to a member that
+/// does not lead is turned away, and tries again next round).
+pub fn holder_of(dirs: &[Vec<(Member, bool, bool)>], me: u8) -> Option<Member> {
     let mut count: Vec<(Member, usize)> = Vec::new();
-    for (m, ..) in dirs.iter().flatten().filter(|(_, holds, _)| *holds) {
+    for (m, ..) in dirs.iter().flatten().filter(|(m, holds, _)| *holds && m.peer != me) {
         match count.iter_mut().find(|(c, _)| c.peer == m.peer) {
             Some((_, n)) => *n += 1,
             None => count.push((m.clone(), 1)),
@@ -190,10 +190,12 @@ mod tests {
         let on = |holders: &[u8]| -> Vec<(Member, bool, bool)> {
             [1, 2, 3].map(|p| (member(p), holders.contains(&p), false)).to_vec()
         };
-        assert_eq!(holder_of(&[on(&[]), on(&[])]), None);
+        assert_eq!(holder_of(&[on(&[]), on(&[])], 3), None);
         let dirs = [on(&[2]), on(&[2]), on(&[1]), on(&[])];
-        assert_eq!(holder_of(&dirs).map(|m| m.peer), Some(2));
-        assert_eq!(holder_of(&[on(&[3]), on(&[1])]).map(|m| m.peer), Some(1), "a tie goes to the lower id");
+        assert_eq!(holder_of(&dirs, 3).map(|m| m.peer), Some(2));
+        assert_eq!(holder_of(&[on(&[3]), on(&[1])], 2).map(|m| m.peer), Some(1), "a tie goes to the lower id");
+        assert_eq!(holder_of(&[on(&[3]), on(&[3]), on(&[1])], 3).map(|m| m.peer), Some(1), "never itself");
+        assert_eq!(holder_of(&[on(&[3])], 3), None);
     }
 
     #[test]

@@ -27,6 +27,9 @@ use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage};
 /// The longest a control connection's login or query may take.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// An election round slower than this is said on stderr.
+const SLOW_ROUND: Duration = Duration::from_secs(1);
+
 /// How long a new leader counts the sessions `pg_stat_activity` shows that
 /// no follower reported: followers that live reconnect well within this.
 const UNREPORTED_S: f64 = 5.0;
@@ -168,9 +171,18 @@ pub(super) async fn elect(shared: Arc<Shared>, mut c: Joined) {
     let mut expire_at: Option<f64> = None;
     loop {
         every.tick().await;
+        let began = std::time::Instant::now();
         reconnect(&shared, &t, &mut c).await;
         let standing = t.state().standing;
         let seen = round(&t, &mut c, standing).await;
+        if began.elapsed() > SLOW_ROUND {
+            eprintln!(
+                "plbbench proxy: tier {}: an election round took {} ms (locks held on {})",
+                t.me.tier,
+                began.elapsed().as_millis(),
+                c.held_on()
+            );
+        }
         let next = t.state().view.fence.next();
         match decide(t.me.peer, standing, &seen, next) {
             Step::Lead(generation) => {
@@ -234,34 +246,47 @@ async fn reconnect(shared: &Shared, t: &Tier, c: &mut Joined) {
 }
 
 /// One round on the control connections: the lock tried where it is not
-/// held (kept only as a majority by a follower; by the leader wherever it
-/// gets it), a held one's connection checked, and the directories (which
-/// also tell where cancel requests for other members go). For a leader,
-/// `answered` says it still holds a majority; for a follower, `won` says
-/// it took one.
+/// held (by the leader wherever it gets it; by a follower only while it
+/// hears no leader, and kept only as a majority), a held one's connection
+/// checked, and the directory (which also tells where cancel requests for
+/// other members go), read on the replicas in order until one shows a
+/// holder. On a saturated cluster each query waits for a CPU, so a round
+/// asks no more than it needs. For a leader, `answered` says it still
+/// holds a majority; for a follower, `won` says it took one.
 async fn round(t: &Tier, c: &mut Joined, standing: Standing) -> Seen {
     let (k1, k2) = lock_key(&t.me.tier);
     let try_lock = format!("SELECT pg_try_advisory_lock({k1}, {k2})");
+    let trying = matches!(standing, Standing::Leader { .. }) || t.state().link.is_none();
     for r in 0..c.conns.len() {
         let Some(client) = &c.conns[r] else { continue };
-        let sql = if c.held[r] { "SELECT 1" } else { try_lock.as_str() };
+        let sql = match (c.held[r], trying) {
+            (true, _) => "SELECT 1",
+            (false, true) => try_lock.as_str(),
+            (false, false) => continue,
+        };
         match query(client, sql).await {
             Ok(rows) if !c.held[r] => c.held[r] = rows.first().and_then(|r| r.first()).is_some_and(|v| v == "t"),
             Ok(_) => {}
             Err(_) => c.lose(r),
         }
     }
-    let mut dirs = Vec::new();
-    for client in c.conns.iter().flatten() {
-        dirs.push(directory(client, &t.me.tier).await.unwrap_or_default());
-    }
-    let peers: HashMap<u8, _> = dirs.iter().flatten().map(|(m, ..)| (m.peer, m.client)).collect();
-    *t.peers.lock().expect("peers lock") = peers;
-    let holder = holder_of(&dirs);
+    // A minority is let go before the directory is read: a member that
+    // kept grabbing one replica's lock and read that replica first saw
+    // itself as the holder, and did not follow the new leader for 32 s.
     let majority = c.holds() >= majority_of(c.conns.len());
     if !majority && c.holds() > 0 {
         release(c, &format!("SELECT pg_advisory_unlock({k1}, {k2})")).await;
     }
+    let mut dirs = Vec::new();
+    for client in c.conns.iter().flatten() {
+        dirs.push(directory(client, &t.me.tier).await.unwrap_or_default());
+        if holder_of(&dirs, t.me.peer).is_some() {
+            break;
+        }
+    }
+    let peers: HashMap<u8, _> = dirs.iter().flatten().map(|(m, ..)| (m.peer, m.client)).collect();
+    *t.peers.lock().expect("peers lock") = peers;
+    let holder = holder_of(&dirs, t.me.peer);
     match standing {
         Standing::Leader { .. } => Seen { answered: majority, won: None, holder },
         Standing::Follower => Seen { answered: c.conns.iter().any(Option::is_some), won: Some(majority), holder },
