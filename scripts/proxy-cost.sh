@@ -57,22 +57,7 @@ name=proxy-cost
 die() { printf '%s: error: %s\n' "$name" "$*" >&2; exit 1; }
 log() { printf '%s: %s\n' "$name" "$*" >&2; }
 
-bin=${PLBBENCH_BIN:-$PWD/target/release/plbbench}
-[[ -x $bin ]] || die "$bin not found: cargo build --release (or set PLBBENCH_BIN)"
-pgbench=$(command -v pgbench || ls -d /usr/lib/postgresql/*/bin/pgbench 2>/dev/null | sort -V | tail -1 || true)
-[[ -n $pgbench && -x $pgbench ]] || die "pgbench not found: run scripts/install-postgres.sh"
-pgbouncer=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
-[[ -x $pgbouncer ]] || die "pgbouncer not found: run scripts/install-pgbouncer.sh"
-tick=$(getconf CLK_TCK)
-
-work=$(mktemp -d "/tmp/plbbench-$name.XXXXXX")
-chmod 755 "$work"
-export PLBBENCH_STATE_DIR=$work/state
-as_pg=()
-if [[ $(id -u) -eq 0 ]]; then
-    id postgres >/dev/null 2>&1 || die "running as root but there is no postgres user to run PgBouncer"
-    as_pg=(runuser -u postgres --)
-fi
+cost_tools
 proxy_pid=
 cleanup() {
     if [[ -s $work/pgbouncer.pid ]]; then
@@ -93,14 +78,7 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-log "plbbench cluster up --replicas 1"
-"$bin" cluster up --replicas 1 >"$work/cluster.out" 2>"$work/cluster.err" || { cat "$work/cluster.err" >&2; die "cluster up failed"; }
-dsn=$(grep -m1 '^host=' "$work/cluster.out") || die "cluster up printed no DSN: $(cat "$work/cluster.out")"
-port=$(sed -n 's/.* port=\([0-9]*\).*/\1/p' <<<"$dsn")
-password=$(sed -n 's/.* password=\([^ ]*\).*/\1/p' <<<"$dsn")
-log "pgbench -i -s $scale on r1 (127.0.0.1:$port)"
-PGPASSWORD=$password "$pgbench" -i -q -s "$scale" -h 127.0.0.1 -p "$port" -U plbbench plbbench >"$work/init.log" 2>&1 \
-    || { cat "$work/init.log" >&2; die "pgbench -i failed"; }
+cost_cluster "$scale"
 
 proxy_port=$(free_port)
 log "plbbench proxy on 127.0.0.1:$proxy_port (a session of its own)"
