@@ -1,7 +1,9 @@
 //! What a killed plbbench left behind (SIGKILL, the OOM killer): the
 //! clusters of a local `run`, of `calibrate` and of a docker run record
 //! their owner process, and every command first removes those whose owner
-//! is gone, so nothing a killed plbbench started outlives the next command.
+//! is gone, so nothing a killed plbbench started outlives the next command;
+//! so are the temporary folders of a run's proxies (configs and logs),
+//! named for the run's process.
 //! A cluster kept on purpose (`cluster up`) and one whose owner still runs
 //! are left alone; the docker engine is asked only for an orphan.
 
@@ -20,10 +22,52 @@ pub fn orphans() {
             Err(e) => eprintln!("plbbench: warning: cannot remove the leftovers in {}: {e}", dir.display()),
         }
     }
+    for dir in stale_proxy_folders(&std::env::temp_dir(), |pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
+    {
+        if std::fs::remove_dir_all(&dir).is_ok() {
+            eprintln!("plbbench: removed the proxy folder a killed plbbench left in {}", dir.display());
+        }
+    }
     let dir = crate::cluster::docker::default_state_dir().with_file_name("docker-run");
     match DockerCluster::reap_orphan(&dir) {
         Ok(true) => eprintln!("plbbench: removed the containers a killed plbbench left ({})", dir.display()),
         Ok(false) => {}
         Err(e) => eprintln!("plbbench: warning: cannot remove the containers a killed plbbench left: {e}"),
+    }
+}
+
+/// The start of the name of a run's proxy folder, then the run's pid and a
+/// dash (`commands::run::proxies`).
+pub const PROXY_FOLDER: &str = "plbbench-via-proxy-";
+
+/// The proxy folders in `tmp` whose run (the pid in their name) is not
+/// `alive`.
+fn stale_proxy_folders(tmp: &std::path::Path, alive: impl Fn(u32) -> bool) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(tmp) else { return Vec::new() };
+    entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid = name.strip_prefix(PROXY_FOLDER).and_then(|r| r.split_once('-')).and_then(|(p, _)| p.parse().ok());
+            pid.is_some_and(|p| !alive(p))
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only folders named for a run that is gone are stale; a live run's,
+    /// an older unnamed one and other files stay.
+    #[test]
+    fn a_dead_runs_proxy_folder_is_stale() {
+        let tmp = tempfile::tempdir().unwrap();
+        for name in ["plbbench-via-proxy-123-abc", "plbbench-via-proxy-456-def", "plbbench-via-proxy-xyz", "other"] {
+            std::fs::create_dir(tmp.path().join(name)).unwrap();
+        }
+        let stale = stale_proxy_folders(tmp.path(), |pid| pid == 456);
+        assert_eq!(stale, vec![tmp.path().join("plbbench-via-proxy-123-abc")]);
     }
 }

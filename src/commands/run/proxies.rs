@@ -72,8 +72,10 @@ pub fn start(
     n: u32,
     faults: Vec<ProxyFault>,
 ) -> Result<(Proxies, ProxyLink), Error> {
-    let dir =
-        tempfile::Builder::new().prefix("plbbench-via-proxy-").tempdir().context("creating a temporary folder")?;
+    // Named for this process: a killed run's folder is removed by the next
+    // command (`commands::reap`).
+    let prefix = format!("{}{}-", crate::commands::reap::PROXY_FOLDER, std::process::id());
+    let dir = tempfile::Builder::new().prefix(&prefix).tempdir().context("creating a temporary folder")?;
     let base = cluster.config(0);
     let user = base.get_user().unwrap_or("postgres").to_string();
     let (password, users) = via_proxy::users(dir.path(), &user, ip)?;
