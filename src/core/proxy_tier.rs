@@ -162,30 +162,32 @@ impl TierLog {
         self.seen.push((t_s, slot, what));
     }
 
+    /// Each slot's last word, `None` once a fault ended or restarted it
+    /// (slots past the last one seen are not listed).
+    fn last_words(&self) -> Vec<Option<&TierLine>> {
+        let mut last: Vec<Option<&TierLine>> = Vec::new();
+        for (_, slot, what) in &self.seen {
+            if last.len() <= *slot {
+                last.resize(slot + 1, None);
+            }
+            last[*slot] = match what {
+                Seen::Said(l) => Some(l),
+                Seen::Ended(_) | Seen::Restarted => None,
+            };
+        }
+        last
+    }
+
     /// The slot that leads now, as the members last said.
     pub fn leader(&self) -> Option<usize> {
-        let mut last: std::collections::BTreeMap<usize, bool> = Default::default();
-        for (_, slot, what) in &self.seen {
-            match what {
-                Seen::Said(l) => _ = last.insert(*slot, l.leading),
-                Seen::Ended(_) | Seen::Restarted => _ = last.insert(*slot, false),
-            }
-        }
-        last.into_iter().find(|(_, leads)| *leads).map(|(s, _)| s)
+        self.last_words().iter().position(|l| l.is_some_and(|l| l.leading))
     }
 
     /// Whether every one of `slots` has said it leads or follows a leader
     /// over a live link, and exactly one leads.
     pub fn settled(&self, slots: usize) -> bool {
-        let mut last: Vec<Option<&TierLine>> = vec![None; slots];
-        for (_, slot, what) in &self.seen {
-            if let Some(x) = last.get_mut(*slot) {
-                *x = match what {
-                    Seen::Said(l) => Some(l),
-                    Seen::Ended(_) | Seen::Restarted => None,
-                };
-            }
-        }
+        let mut last = self.last_words();
+        last.resize(slots, None);
         let leaders = last.iter().flatten().filter(|l| l.leading).count();
         leaders == 1 && last.iter().all(|l| l.is_some_and(|l| l.leader.is_some()))
     }

@@ -230,7 +230,7 @@ impl ProxyChild {
 
 /// SIGTERM to the proxy process, up to 5 s for its drain, then SIGKILL;
 /// how it ended.
-pub(super) fn stop_child(child: &mut Child) -> String {
+fn stop_child(child: &mut Child) -> String {
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
     wait_or_kill(child, Duration::from_secs(5))
