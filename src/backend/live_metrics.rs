@@ -346,13 +346,15 @@ mod tests {
 
     #[test]
     fn encodes_mode_transitions_rejections_and_router_gauges() {
-        let mut router = Router::new(RouterConfig::for_tests(Strategy::Plb, [1, 0, 1]));
+        let mut router = Router::new(RouterConfig::for_tests(Strategy::Plb, [1, 1, 0]));
         let knobs = DegradationKnobs { queue_capacity: 1, min_mode_duration_s: Some(0.0), ..Default::default() };
-        let mut gate = Gate::new(knobs, 1.0, 10);
+        let sizing = crate::core::admission::Sizing { replicas: 2, replica_sessions: 1, service_ms: 1.0 };
+        let mut gate = Gate::new(knobs, 1.0, sizing);
         router.admit(Class::P);
         gate.observe(1.0, Load { cpu_pct: Some(99.0), ..Default::default() });
-        gate.request(&mut router, 0, Class::F, 1.0);
-        gate.request(&mut router, 1, Class::F, 1.0);
+        for client in 0..3 {
+            gate.request(&mut router, client, Class::F, 1.0);
+        }
         let mut m = LiveMetrics::new();
         m.refresh(&router, Some(&gate));
         m.refresh(&router, Some(&gate));

@@ -1,14 +1,30 @@
 //! Priority admission in front of any strategy ([admission
 //! modes](docs/resilience.md#graceful-degradation-admission-modes)): the
-//! degradation mode decides whether a session's class may start and how
-//! many sessions a replica may hold; a session that may not start waits in
-//! a bounded FIFO queue until its deadline, then is rejected. Every
-//! rejection is counted per class and reason. Pure: the caller passes the
-//! time and the router.
+//! degradation mode decides how much of the replicas the top class uses a
+//! lower class may hold, in sessions and in running statements; a session
+//! that may not start waits in a bounded queue until its deadline, then is
+//! rejected. Every rejection is counted per class and reason. Pure: the
+//! caller passes the time and the router.
+//!
+//! The rules (revised 2026-12-07, issue 64; Google SRE's "Handling
+//! Overload": a criticality is rejected only after every lower one):
+//! - the mode's share caps only the classes below the top one, and only on
+//!   the replicas the top class uses (its own role and Mixed; every
+//!   replica under rr and lc); the top class's limit is the replica's whole
+//!   session limit in every mode;
+//! - a lower class's statements on those replicas are held to the mode's
+//!   share of the replica's statement slots (at least one: no mode shuts a
+//!   class's service), so the CPU moves to the top class within a
+//!   statement, not only as sessions end;
+//! - a session the strategy's first choice cannot take goes to the next
+//!   replica with room ([`Router::admit_within`]) before it queues;
+//! - no session starts while one of a higher class waits, so a top-class
+//!   waiter is never rejected while a lower class was admitted during its
+//!   wait; a full queue refuses the lowest class first.
 
-use super::degradation::{DegradationKnobs, Load, Manager, Mode, Transition};
-use super::model::{Class, ReplicaId};
-use super::router::Router;
+use super::degradation::{implied_utilisation_pct, DegradationKnobs, Load, Manager, Mode, Priority, Transition};
+use super::model::{Class, ReplicaId, Role};
+use super::router::{Room, Router};
 use std::collections::VecDeque;
 
 /// Why a session was rejected.
@@ -43,12 +59,23 @@ pub struct Waiting {
     pub retry: bool,
 }
 
-/// Admission gate: manager, queue and counters.
+/// What the gate is sized by, besides its knobs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sizing {
+    /// Replicas K.
+    pub replicas: usize,
+    /// Sessions a replica may hold at 100 % share.
+    pub replica_sessions: u32,
+    /// The top class's query service time, ms (the base of its wait signal).
+    pub service_ms: f64,
+}
+
+/// Admission gate: manager, queue, statements and counters.
 #[derive(Clone, Debug)]
 pub struct Gate {
     knobs: DegradationKnobs,
     manager: Manager,
-    replica_sessions: u32,
+    sizing: Sizing,
     deadline_s: f64,
     queue: VecDeque<Waiting>,
     /// Clients refused since their last admission (their next request is
@@ -56,22 +83,31 @@ pub struct Gate {
     refused: std::collections::HashSet<u32>,
     /// Rejections per class and reason.
     pub rejections: [[u64; 2]; 2],
+    /// Statements running per replica and class `[P, F]`.
+    running: Vec<[u32; 2]>,
+    /// A lower-class statement was held since the last observation.
+    held: bool,
+    /// The least top-class latency since the last observation, ms.
+    least_ms: Option<f64>,
 }
 
 impl Gate {
-    /// A gate in Normal mode; `replica_sessions` is the per-replica limit
-    /// at 100 % share.
-    pub fn new(knobs: DegradationKnobs, time_scale: f64, replica_sessions: u32) -> Gate {
+    /// A gate in Normal mode.
+    pub fn new(knobs: DegradationKnobs, time_scale: f64, sizing: Sizing) -> Gate {
         let manager = Manager::new(knobs.thresholds(time_scale));
         let deadline_s = knobs.queue_deadline_ms as f64 / 1000.0;
+        let sizing = Sizing { replica_sessions: sizing.replica_sessions.max(1), ..sizing };
         Gate {
             knobs,
             manager,
-            replica_sessions: replica_sessions.max(1),
+            sizing,
             deadline_s,
             queue: VecDeque::new(),
             refused: std::collections::HashSet::new(),
             rejections: [[0; 2]; 2],
+            running: vec![[0; 2]; sizing.replicas],
+            held: false,
+            least_ms: None,
         }
     }
 
@@ -90,6 +126,11 @@ impl Gate {
         &self.manager
     }
 
+    /// The knobs the gate runs with.
+    pub fn knobs(&self) -> &DegradationKnobs {
+        &self.knobs
+    }
+
     /// Sessions waiting now.
     pub fn queued(&self) -> usize {
         self.queue.len()
@@ -100,9 +141,89 @@ impl Gate {
         self.rejections[class.idx()].iter().sum()
     }
 
-    /// The sessions a replica may hold in the current mode.
+    /// The highest priority of any class.
+    fn top(&self) -> Priority {
+        self.knobs.premium.max(self.knobs.freemium)
+    }
+
+    /// Whether `class` is the top class (or ties with it).
+    pub fn is_top(&self, class: Class) -> bool {
+        self.knobs.priority(class) == self.top()
+    }
+
+    /// The roles of the replicas the top class uses: its own and Mixed
+    /// (rr and lc hold every replica as Mixed).
+    pub fn serves_top(&self, role: Role) -> bool {
+        role == Role::M || Class::ALL.iter().any(|&c| self.is_top(c) && Role::of(c) == role)
+    }
+
+    /// Which replicas' CPU is the top class's CPU signal: the healthy ones
+    /// (`Some(role)`) of its own role, or, where no replica has that role
+    /// (rr, lc), every healthy one: each is shared with the top class.
+    /// A lower class's replica at its budget is the regime, not overload.
+    pub fn own_replicas(&self, roles: &[Option<Role>]) -> Vec<bool> {
+        let own = |role: Role| Class::ALL.iter().any(|&c| self.is_top(c) && Role::of(c) == role);
+        let any = roles.iter().flatten().any(|&r| own(r));
+        roles.iter().map(|r| r.is_some_and(|r| !any || own(r))).collect()
+    }
+
+    /// The sessions a replica may hold for a lower class in the current
+    /// mode, on the replicas the top class uses.
     pub fn replica_limit(&self) -> u32 {
-        ((f64::from(self.replica_sessions) * self.mode().concurrency_share()).ceil() as u32).max(1)
+        ((f64::from(self.sizing.replica_sessions) * self.mode().concurrency_share()).ceil() as u32).max(1)
+    }
+
+    /// The limits a new session of `class` meets: the whole session limit
+    /// for the top class and on replicas the top class does not use; the
+    /// mode's share of it for a lower class on those it does. Sessions of
+    /// a class count against `class` when its priority is at least
+    /// `class`'s (a lower class never holds a higher one back).
+    fn room(&self, class: Class) -> Room {
+        let whole = self.sizing.replica_sessions;
+        let lower = if self.is_top(class) { whole } else { self.replica_limit() };
+        let max = Role::ALL.map(|role| Some(if self.serves_top(role) { lower } else { whole }));
+        let mine = self.knobs.priority(class);
+        Room { max, counted: Class::ALL.map(|c| self.knobs.priority(c) >= mine) }
+    }
+
+    /// The statements a lower class may run at once on a replica of
+    /// `role` now (`None`: no limit): in a degraded mode, on the replicas
+    /// the top class uses, the mode's share of the replica's statement
+    /// slots, at least one.
+    pub fn statement_limit(&self, class: Class, role: Role) -> Option<u32> {
+        if self.is_top(class) || !self.serves_top(role) || self.mode() == Mode::Normal {
+            return None;
+        }
+        let slots = f64::from(self.knobs.statement_slots) * self.mode().concurrency_share();
+        Some((slots.floor() as u32).max(1))
+    }
+
+    /// A statement of `class` asks to run on `r`, now of `role`: `true`
+    /// counts it running (end it with [`Self::end_statement`]); `false`
+    /// holds it (ask again when a statement of its class on `r` ends or
+    /// the mode changes).
+    pub fn begin_statement(&mut self, class: Class, r: ReplicaId, role: Role) -> bool {
+        let running = self.running[r.idx()][class.idx()];
+        if self.statement_limit(class, role).is_some_and(|limit| running >= limit) {
+            self.held = true;
+            return false;
+        }
+        self.running[r.idx()][class.idx()] += 1;
+        true
+    }
+
+    /// A statement [`Self::begin_statement`] let run on `r` ended.
+    pub fn end_statement(&mut self, class: Class, r: ReplicaId) {
+        let running = &mut self.running[r.idx()][class.idx()];
+        *running = running.saturating_sub(1);
+    }
+
+    /// A query of `class` answered `ms` after it was meant to be sent: the
+    /// top class's least latency over a window is its wait signal.
+    pub fn served(&mut self, class: Class, ms: f64) {
+        if self.is_top(class) {
+            self.least_ms = Some(self.least_ms.map_or(ms, |m| m.min(ms)));
+        }
     }
 
     /// The query deadline in the current mode.
@@ -110,54 +231,53 @@ impl Gate {
         base_s * self.mode().timeout_multiplier()
     }
 
-    /// Feeds a load observation (the queue depth is added here).
+    /// Feeds a load observation: the gate adds the top class's fresh
+    /// waiters, its wait signal since the last observation and whether
+    /// lower-class work was held back since then (a statement held, or a
+    /// session waiting). A held statement is asked for again at least
+    /// once a second by the backends, so a hold that lasts is seen in
+    /// every window.
     pub fn observe(&mut self, t_s: f64, mut load: Load) -> Option<Transition> {
-        load.queue = self.queue.iter().filter(|w| !w.retry).count() as f64;
+        load.queue = self.queue.iter().filter(|w| !w.retry && self.is_top(w.class)).count() as f64;
+        load.wait_pct = self.least_ms.take().map(|ms| implied_utilisation_pct(ms, self.sizing.service_ms));
+        let waiting = self.queue.iter().any(|w| !self.is_top(w.class));
+        load.held = std::mem::take(&mut self.held) || waiting;
         self.manager.observe(t_s, &load)
     }
 
-    /// Tries to start a session of `class` now, without queueing.
+    /// Tries to start a session of `class` now, without queueing: on the
+    /// strategy's choice among the replicas with room; queued when the
+    /// router has replicas for it but none with room.
     fn try_start(&self, router: &mut Router, class: Class) -> Decision {
-        if self.knobs.priority(class) < self.floor() {
-            return Decision::Queued;
+        match router.admit_within(class, self.room(class)) {
+            Some(r) => Decision::Admit(r),
+            None if router.routable(class) => Decision::Queued,
+            None => Decision::NoRoute,
         }
-        let Some(r) = router.admit(class) else { return Decision::NoRoute };
-        if self.holding(router.active(r), class) > self.replica_limit() {
-            router.release(r, class);
-            return Decision::Queued;
-        }
-        Decision::Admit(r)
     }
 
-    /// The sessions on a replica that count against `class`'s share: those
-    /// of classes of its priority or above. Sessions of a lower class
-    /// never hold a higher one back (revised 2026-12-06): in a saturated
-    /// population they are pinned for a minute, and a replica that repair
-    /// made Premium would otherwise admit no Premium session until they end.
-    fn holding(&self, active: [u32; 2], class: Class) -> u32 {
-        let mine = self.knobs.priority(class);
-        Class::ALL.iter().filter(|c| self.knobs.priority(**c) >= mine).map(|c| active[c.idx()]).sum()
-    }
-
-    /// The lowest priority admitted now: the mode's, but never above the
-    /// highest class's (revised 2026-12-06: no mode shuts the service; the
-    /// most degraded mode still admits the highest class at its share).
-    pub fn floor(&self) -> super::degradation::Priority {
-        let top = self.knobs.premium.max(self.knobs.freemium);
-        self.mode().min_priority().min(top)
+    /// The lowest priority the seed's mode admits, never above the highest
+    /// class's (revised 2026-12-06: no mode shuts the service). Classes
+    /// below it are held to the mode's share (informational).
+    pub fn floor(&self) -> Priority {
+        self.mode().min_priority().min(self.top())
     }
 
     /// A new session of `class` from client `client` asks to start at
-    /// `t_s`. Sessions already waiting go first.
+    /// `t_s`. Sessions of its priority or above already waiting go first;
+    /// lower ones do not hold it back.
     pub fn request(&mut self, router: &mut Router, client: u32, class: Class, t_s: f64) -> Decision {
-        let decision = if self.queue.is_empty() { self.try_start(router, class) } else { Decision::Queued };
+        let mine = self.knobs.priority(class);
+        let behind = self.queue.iter().any(|w| self.knobs.priority(w.class) >= mine);
+        let decision = if behind { Decision::Queued } else { self.try_start(router, class) };
         if decision != Decision::Queued {
             if matches!(decision, Decision::Admit(_)) {
                 self.refused.remove(&client);
             }
             return decision;
         }
-        if self.queue.len() >= self.knobs.queue_capacity {
+        let below = self.queue.iter().any(|w| self.knobs.priority(w.class) < mine);
+        if self.queue.len() >= self.knobs.queue_capacity && !below {
             self.rejections[class.idx()][1] += 1;
             self.refused.insert(client);
             return Decision::Rejected(REJECT_FULL);
@@ -171,21 +291,30 @@ impl Gate {
     /// first and in queue order within a priority (revised 2026-12-06: a
     /// burst of lower-class sessions released when capacity appears would
     /// otherwise take a replica just repaired for the higher class, and
-    /// its postmaster's queue with it); a waiting session the router cannot
-    /// place keeps its place. Returns the admitted sessions with their
-    /// replicas.
+    /// its postmaster's queue with it). Once a waiter cannot start, no
+    /// waiter of a lower priority starts. Returns the admitted sessions
+    /// with their replicas.
     pub fn drain(&mut self, router: &mut Router) -> Vec<(Waiting, ReplicaId)> {
         let mut admitted = Vec::new();
         let mut keep = VecDeque::new();
-        let knobs = &self.knobs;
+        let knobs = self.knobs.clone();
         self.queue.make_contiguous().sort_by_key(|w| std::cmp::Reverse(knobs.priority(w.class)));
+        let mut stuck: Option<Priority> = None;
         while let Some(w) = self.queue.pop_front() {
+            let p = knobs.priority(w.class);
+            if stuck.is_some_and(|s| p < s) {
+                keep.push_back(w);
+                continue;
+            }
             match self.try_start(router, w.class) {
                 Decision::Admit(r) => {
                     self.refused.remove(&w.client);
                     admitted.push((w, r));
                 }
-                _ => keep.push_back(w),
+                _ => {
+                    stuck = Some(stuck.map_or(p, |s| s.max(p)));
+                    keep.push_back(w);
+                }
             }
         }
         self.queue = keep;
@@ -223,146 +352,13 @@ pub fn utilisation(before: &[Option<f64>], after: &[Option<f64>], dt_s: f64, cpu
         .collect()
 }
 
-/// Mean CPU percent of the `healthy` replicas, from their utilisations
+/// Mean CPU of the `counted` replicas, percent of their saturation point
+/// `saturation` (a fraction of the budget), from their utilisations
 /// ([`utilisation`]); `None` if none was measured.
-pub fn cpu_pct(utilisation: &[Option<f64>], healthy: &[bool]) -> Option<f64> {
-    let us: Vec<f64> = utilisation.iter().enumerate().filter(|&(r, _)| healthy[r]).filter_map(|(_, u)| *u).collect();
-    (!us.is_empty()).then(|| 100.0 * us.iter().sum::<f64>() / us.len() as f64)
+pub fn cpu_pct(utilisation: &[Option<f64>], counted: &[bool], saturation: f64) -> Option<f64> {
+    let us: Vec<f64> = utilisation.iter().enumerate().filter(|&(r, _)| counted[r]).filter_map(|(_, u)| *u).collect();
+    (!us.is_empty()).then(|| 100.0 * us.iter().sum::<f64>() / us.len() as f64 / saturation)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::core::degradation::{Priority, Thresholds};
-    use crate::core::router::{RouterConfig, Strategy};
-
-    fn router() -> Router {
-        Router::new(RouterConfig::for_tests(Strategy::Rr, [1, 0, 1]))
-    }
-
-    fn gate() -> Gate {
-        let knobs = DegradationKnobs {
-            queue_capacity: 3,
-            queue_deadline_ms: 2000,
-            min_mode_duration_s: Some(0.0),
-            ..Default::default()
-        };
-        Gate::new(knobs, 1.0, 10)
-    }
-
-    #[test]
-    fn survival_admits_only_the_highest_class_and_the_deadline_rejects_and_counts() {
-        let knobs = DegradationKnobs {
-            queue_capacity: 3,
-            queue_deadline_ms: 2000,
-            min_mode_duration_s: Some(0.0),
-            premium: Priority::Normal,
-            ..Default::default()
-        };
-        let mut g = Gate::new(knobs, 1.0, 10);
-        let mut r = router();
-        assert!(matches!(g.request(&mut r, 0, Class::P, 0.0), Decision::Admit(_)));
-        g.observe(1.0, Load { cpu_pct: Some(99.0), ..Default::default() });
-        assert_eq!(g.mode(), Mode::Survival);
-        assert_eq!(g.floor(), Priority::Normal, "Survival's Critical floor comes down to the highest class");
-        // Both classes Normal here: both admitted at Survival's 30 % share
-        // (3 sessions of 10 per replica).
-        let mut g = gate();
-        let mut r = router();
-        assert!(matches!(g.request(&mut r, 0, Class::P, 0.0), Decision::Admit(_)));
-        g.observe(1.0, Load { cpu_pct: Some(99.0), ..Default::default() });
-        assert_eq!((g.mode(), g.floor()), (Mode::Survival, Priority::High), "Premium (High) still admitted");
-        assert!(matches!(g.request(&mut r, 9, Class::P, 1.0), Decision::Admit(_)));
-        for (c, class) in [(1, Class::F), (2, Class::F), (3, Class::F)] {
-            assert_eq!(g.request(&mut r, c, class, 1.0), Decision::Queued);
-        }
-        assert_eq!(g.request(&mut r, 4, Class::F, 1.5), Decision::Rejected(REJECT_FULL), "capacity 3");
-        assert!(g.expire(2.9).is_empty(), "before the 2 s deadline");
-        assert!(g.drain(&mut r).is_empty(), "still Survival");
-        let gone = g.expire(3.0);
-        assert_eq!(gone.len(), 3);
-        assert_eq!(g.rejections, [[0, 0], [3, 1]], "F: 3 deadline + 1 full");
-        assert_eq!((g.rejected(Class::P), g.rejected(Class::F), g.queued()), (0, 4, 0));
-        // The refused clients come back: retries, not fresh queue depth.
-        g.observe(4.0, Load { cpu_pct: Some(10.0), ..Default::default() });
-        assert_eq!(g.mode(), Mode::Normal);
-        g.observe(5.0, Load { cpu_pct: Some(99.0), ..Default::default() });
-        for c in 1..=3 {
-            assert_eq!(g.request(&mut r, c, Class::F, 5.0), Decision::Queued);
-        }
-        assert!(g.queue.iter().all(|w| w.retry));
-        g.observe(6.0, Load { cpu_pct: Some(10.0), ..Default::default() });
-        assert_eq!(g.mode(), Mode::Normal, "retries hold no mode");
-    }
-
-    #[test]
-    fn lower_class_sessions_already_placed_never_hold_premium_back() {
-        // Two replicas full of Freemium sessions admitted in Normal mode
-        // (10 each, the 100 % limit), then Survival (3 per replica): no
-        // Freemium starts, but Premium does, 3 per replica, counting only
-        // Premium's own sessions against its share.
-        let mut g = gate();
-        let mut r = router();
-        let placed = (0..20).filter(|c| matches!(g.request(&mut r, *c, Class::F, 0.0), Decision::Admit(_))).count();
-        assert_eq!(placed, 20);
-        g.observe(1.0, Load { cpu_pct: Some(99.0), ..Default::default() });
-        assert_eq!((g.mode(), g.replica_limit()), (Mode::Survival, 3));
-        assert_eq!(g.request(&mut r, 20, Class::F, 1.0), Decision::Queued);
-        let _ = g.expire(10.0);
-        let started = (30..40).filter(|c| matches!(g.request(&mut r, *c, Class::P, 10.0), Decision::Admit(_))).count();
-        assert_eq!(started, 6, "2 replicas x 30 % of 10, whatever Freemium holds");
-        assert_eq!(r.active(ReplicaId(0))[Class::F.idx()] + r.active(ReplicaId(1))[Class::F.idx()], 20);
-    }
-
-    #[test]
-    fn the_queue_drains_the_highest_priority_first() {
-        // Both replicas at their 10 sessions of Premium: a Freemium then a
-        // Premium session wait. One Premium session ends: the freed place
-        // goes to the Premium session that arrived second (least
-        // connections: both try the replica with the free place).
-        let mut g = gate();
-        let mut r = Router::new(RouterConfig::for_tests(Strategy::Lc, [1, 0, 1]));
-        assert_eq!((0..20).filter(|c| matches!(g.request(&mut r, *c, Class::P, 0.0), Decision::Admit(_))).count(), 20);
-        assert_eq!(g.request(&mut r, 20, Class::F, 0.0), Decision::Queued);
-        assert_eq!(g.request(&mut r, 21, Class::P, 0.1), Decision::Queued);
-        r.release(ReplicaId(0), Class::P);
-        let admitted = g.drain(&mut r);
-        assert_eq!(admitted.iter().map(|(w, _)| w.client).collect::<Vec<_>>(), [21], "Premium first");
-        assert_eq!((g.queued(), g.waiting()), (1, [0, 1]), "Freemium still waits");
-    }
-
-    #[test]
-    fn restricted_admits_normal_and_above_and_limits_each_replica() {
-        let knobs =
-            DegradationKnobs { freemium: Priority::Background, min_mode_duration_s: Some(0.0), ..Default::default() };
-        let mut g = Gate::new(knobs, 1.0, 10);
-        let mut r = router();
-        g.observe(1.0, Load { cpu_pct: Some(91.0), ..Default::default() });
-        assert_eq!((g.mode(), g.replica_limit()), (Mode::Restricted, 5));
-        assert_eq!(g.request(&mut r, 0, Class::F, 1.0), Decision::Queued, "Background below Normal");
-        assert_eq!(g.request(&mut r, 1, Class::P, 1.0), Decision::Queued, "waiting sessions go first");
-        let admitted = g.drain(&mut r);
-        assert_eq!((admitted.len(), admitted[0].0.client, g.queued()), (1, 1, 1), "Premium passes, Freemium waits");
-        // Back to Normal: the queue drains, Premium up to 10 per replica.
-        let mut g = Gate::new(DegradationKnobs { min_mode_duration_s: Some(0.0), ..Default::default() }, 1.0, 10);
-        g.observe(1.0, Load { cpu_pct: Some(91.0), ..Default::default() });
-        let mut r = router();
-        let started = (0..20).filter(|c| matches!(g.request(&mut r, *c, Class::P, 1.0), Decision::Admit(_))).count();
-        assert_eq!(started, 10, "2 replicas x 50 % of 10");
-        assert_eq!(g.queued(), 10);
-        g.observe(2.0, Load { cpu_pct: Some(10.0), ..Default::default() });
-        assert_eq!(g.mode(), Mode::Normal);
-        assert_eq!(g.drain(&mut r).len(), 10);
-        assert_eq!(r.active(ReplicaId(0))[0] + r.active(ReplicaId(1))[0], 20);
-        assert_eq!(g.query_timeout_s(30.0), 30.0);
-    }
-
-    #[test]
-    fn thresholds_reach_the_gate() {
-        let g = gate();
-        assert_eq!(
-            g.manager().thresholds().cpu_pct,
-            Thresholds::preset(crate::core::degradation::Preset::Default).cpu_pct
-        );
-    }
-}
+mod tests;

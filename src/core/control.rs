@@ -26,8 +26,9 @@
 //!   forge a replica's death;
 //! - under suspicion a query's latency is evidence (a timed-out query
 //!   counts as the slowest answer);
-//! - the gate's load is the mean CPU of the replicas the router thinks
-//!   healthy since the last reading, and a sample whose CPU was skipped
+//! - the gate's CPU signal is the mean CPU, since the last reading, of the
+//!   healthy replicas of the top class's own role (every healthy replica
+//!   where no replica has that role), and a sample whose CPU was skipped
 //!   does not replace that reading;
 //! - every role change the router makes is logged at the instant it is made,
 //!   after the notes of whatever caused it.
@@ -192,6 +193,8 @@ pub struct Controller {
     events: Vec<ControlEvent>,
     /// A simulated tier of routers around the router, its leader.
     tier: Option<Tier>,
+    /// The highest replica memory reading since the last CPU sample.
+    memory_pct: Option<f64>,
 }
 
 impl Controller {
@@ -212,6 +215,7 @@ impl Controller {
             last_cpu: (0.0, vec![None; k]),
             events: Vec::new(),
             tier: None,
+            memory_pct: None,
         }
     }
 
@@ -518,17 +522,58 @@ impl Controller {
     pub fn sample(&mut self, now_s: f64, cpu_s: &[Option<f64>]) -> Option<Transition> {
         let (t0, before) = &self.last_cpu;
         let dt_s = now_s - t0;
-        let healthy: Vec<bool> = (0..cpu_s.len()).map(|r| self.router.is_healthy(ReplicaId(r))).collect();
         let utilisation = super::admission::utilisation(before, cpu_s, dt_s, self.cpus);
-        let cpu_pct = super::admission::cpu_pct(&utilisation, &healthy);
         if cpu_s.iter().any(Option::is_some) {
             self.catch_up(now_s);
             self.router.observe_cpu(&utilisation);
             self.last_cpu = (now_s, cpu_s.to_vec());
         }
-        let tr = self.gate.as_mut()?.observe(now_s, Load { cpu_pct, ..Load::default() })?;
+        let roles = self.roles_now();
+        let gate = self.gate.as_mut()?;
+        let own = gate.own_replicas(&roles.iter().map(|&(up, role)| up.then_some(role)).collect::<Vec<_>>());
+        let cpu_pct = super::admission::cpu_pct(&utilisation, &own, gate.knobs().saturation);
+        let load = Load { cpu_pct, memory_pct: self.memory_pct.take(), ..Load::default() };
+        let tr = gate.observe(now_s, load)?;
         self.push_log(now_s, EventKind::Mode, None, format!("{}->{}", tr.from, tr.to));
         Some(tr)
+    }
+
+    /// Each replica's health and role in the router's view.
+    fn roles_now(&self) -> Vec<(bool, Role)> {
+        (0..self.replicas()).map(ReplicaId).map(|r| (self.router.is_healthy(r), self.router.role(r))).collect()
+    }
+
+    /// The highest replica memory utilisation, percent, since the last
+    /// CPU sample (the backend's cgroup reading; the simulator has none).
+    pub fn memory(&mut self, pct: f64) {
+        self.memory_pct = Some(self.memory_pct.map_or(pct, |m| m.max(pct)));
+    }
+
+    /// A query of `class` answered `ms` after it was meant to be sent (its
+    /// latency as the run records it): the gate's wait signal.
+    pub fn served(&mut self, class: Class, ms: f64) {
+        if let Some(g) = &mut self.gate {
+            g.served(class, ms);
+        }
+    }
+
+    /// A statement of `class` asks to run on `r`: `true` when it may (end
+    /// it with [`Self::statement_ended`]), `false` when the gate holds it
+    /// (ask again when [`Self::statement_ended`] says so or the mode
+    /// changes). Always `true` without a gate.
+    pub fn statement(&mut self, class: Class, r: ReplicaId) -> bool {
+        let role = self.router.role(r);
+        self.gate.as_mut().is_none_or(|g| g.begin_statement(class, r, role))
+    }
+
+    /// A statement [`Self::statement`] let run on `r` ended; `true` when a
+    /// held statement of `class` may now be asked again.
+    pub fn statement_ended(&mut self, class: Class, r: ReplicaId) -> bool {
+        let role = self.router.role(r);
+        self.gate.as_mut().is_some_and(|g| {
+            g.end_statement(class, r);
+            g.statement_limit(class, role).is_some()
+        })
     }
 
     fn push_log(&mut self, t_s: f64, kind: EventKind, replica: Option<ReplicaId>, detail: String) {
@@ -584,7 +629,8 @@ mod tests {
             ..Default::default()
         };
         let watch = Watch::oracle(2, Recovery::None, HealthConfig::default());
-        Controller::new(router, watch, Some(Gate::new(knobs, 1.0, 1)), CPUS, 1000.0)
+        let sizing = crate::core::admission::Sizing { replicas: 2, replica_sessions: 1, service_ms: 1.0 };
+        Controller::new(router, watch, Some(Gate::new(knobs, 1.0, sizing)), CPUS, 1000.0)
     }
 
     fn logs(c: &mut Controller) -> Vec<(EventKind, Option<ReplicaId>, String)> {

@@ -1,11 +1,20 @@
 //! Graceful degradation ([admission
 //! modes](docs/resilience.md#graceful-degradation-admission-modes), after
-//! the HeliosDB seed): four modes entered by the worst of replica CPU,
-//! replica memory and admission queue depth, left only when every metric is
-//! below threshold x hysteresis, and never changed before a minimum time in
-//! the mode. Each mode fixes the lowest admitted priority, the per-replica
-//! concurrency share and the statement timeout multiplier. Pure: the caller
-//! passes the time.
+//! the HeliosDB seed): four modes entered by the worst of the signals,
+//! left only when every signal is below threshold x hysteresis, and never
+//! changed before a minimum time in the mode. Each mode fixes the lowest
+//! admitted priority, the lower classes' share of a replica and the
+//! statement timeout multiplier. Pure: the caller passes the time.
+//!
+//! The signals measure overload for the class being protected (revised
+//! 2026-12-07), not a mean that a lower class's designed load fills: the
+//! CPU of the top class's own replicas against their saturation point,
+//! the top class's own wait read as the utilisation it implies, replica
+//! memory, and the top class's sessions waiting for admission. A window in
+//! which the gate held lower-class work back is no evidence that the
+//! overload is gone (the shedding, not the demand, cleared it), so the mode
+//! is not left then: that is what keeps an exit from flooding the load
+//! back in and re-entering.
 
 use super::model::Class;
 use serde::{Deserialize, Serialize};
@@ -129,6 +138,21 @@ pub struct DegradationKnobs {
     pub queue_deadline_ms: u64,
     /// Sessions per replica at 100 % share; 0 = ceil(T / K) (default 0).
     pub replica_sessions: u32,
+    /// Statements a replica runs at once at 100 % share (default 4): the
+    /// concurrency at which `plbbench calibrate` measures a replica's
+    /// costs (workloads/calibration-local.toml `connections`); one
+    /// statement already saturates a 0.3-core quota, so a lower class held
+    /// to a share of these keeps the replica busy and the top class's
+    /// statements meet a short queue. PgBouncer's pool on the replica.
+    pub statement_slots: u32,
+    /// A replica's CPU at saturation, as a fraction of its budget (default
+    /// 1.0: a CPU-bound replica in a cgroup saturates at its quota, and the
+    /// simulator's server likewise). The CPU signal is read against it.
+    pub saturation: f64,
+    /// The top class's query service time, ms, the base of its wait
+    /// signal; 0 = the workload's mean top-class query cost, its
+    /// calibrated CPU time (default 0).
+    pub service_ms: f64,
 }
 
 impl Default for DegradationKnobs {
@@ -145,6 +169,9 @@ impl Default for DegradationKnobs {
             queue_capacity: 1000,
             queue_deadline_ms: 5000,
             replica_sessions: 0,
+            statement_slots: 4,
+            saturation: 1.0,
+            service_ms: 0.0,
         }
     }
 }
@@ -221,6 +248,15 @@ impl DegradationKnobs {
         if self.queue_capacity == 0 {
             return Err(("degradation.queue_capacity".into(), "must be at least 1".into()));
         }
+        if self.statement_slots == 0 {
+            return Err(("degradation.statement_slots".into(), "must be at least 1".into()));
+        }
+        if !(self.saturation > 0.0 && self.saturation <= 1.0) {
+            return Err(("degradation.saturation".into(), "must be a fraction of the budget in (0, 1]".into()));
+        }
+        if !(self.service_ms.is_finite() && self.service_ms >= 0.0) {
+            return Err(("degradation.service_ms".into(), "must be a number of milliseconds >= 0".into()));
+        }
         Ok(())
     }
 }
@@ -229,12 +265,31 @@ impl DegradationKnobs {
 /// the mode; the simulator has no memory model).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Load {
-    /// Replica CPU utilisation, percent.
+    /// CPU of the top class's own replicas, percent of their saturation
+    /// point (read against the seed's CPU thresholds).
     pub cpu_pct: Option<f64>,
-    /// Replica memory utilisation, percent.
+    /// Replica memory utilisation, percent (the highest replica's).
     pub memory_pct: Option<f64>,
-    /// Sessions waiting for admission.
+    /// The utilisation the top class's own wait implies, percent
+    /// ([`implied_utilisation_pct`]; read against the CPU thresholds).
+    pub wait_pct: Option<f64>,
+    /// Top-class sessions waiting for admission (fresh demand, not retries).
     pub queue: f64,
+    /// The gate held lower-class work back (a statement or a session on
+    /// the top class's replicas) since the last observation.
+    pub held: bool,
+}
+
+/// The utilisation, percent, that a wait implies on a processor-sharing
+/// server (a CPU-bound replica): there a job of service time `S` takes
+/// `S / (1 - rho)`, so the least latency `t_min` seen over a window, which
+/// is what a job meets when the standing queue is shortest (CoDel's rule),
+/// gives `rho = 1 - S / t_min`. 0 when `t_min <= S`.
+pub fn implied_utilisation_pct(t_min_ms: f64, service_ms: f64) -> f64 {
+    if !(t_min_ms > service_ms && service_ms > 0.0) {
+        return 0.0;
+    }
+    100.0 * (1.0 - service_ms / t_min_ms)
 }
 
 /// A mode change.
@@ -296,14 +351,11 @@ impl Manager {
     pub fn target(&self, load: &Load) -> Mode {
         let th = &self.th;
         let at = |f: f64| {
-            level(load.cpu_pct, &th.cpu_pct, f).max(level(load.memory_pct, &th.memory_pct, f)).max(level(
-                Some(load.queue),
-                &th.queue,
-                f,
-            ))
+            let cpu = level(load.cpu_pct, &th.cpu_pct, f).max(level(load.wait_pct, &th.cpu_pct, f));
+            cpu.max(level(load.memory_pct, &th.memory_pct, f)).max(level(Some(load.queue), &th.queue, f))
         };
         let up = at(1.0);
-        let hold = at(th.hysteresis_factor).min(self.mode.idx());
+        let hold = if load.held { self.mode.idx() } else { at(th.hysteresis_factor).min(self.mode.idx()) };
         Mode::ALL[up.max(hold)]
     }
 
@@ -328,7 +380,37 @@ mod tests {
     use super::*;
 
     fn cpu(v: f64) -> Load {
-        Load { cpu_pct: Some(v), memory_pct: None, queue: 0.0 }
+        Load { cpu_pct: Some(v), ..Default::default() }
+    }
+
+    #[test]
+    fn a_wait_reads_as_the_utilisation_it_implies() {
+        assert_eq!(implied_utilisation_pct(1.0, 1.14), 0.0, "faster than the service time: no queue");
+        assert!((implied_utilisation_pct(5.7, 1.14) - 80.0).abs() < 1e-9, "5x the service time: 80 %");
+        let m = Manager::new(Thresholds::preset(Preset::Default));
+        let wait = |t_ms| Load { wait_pct: Some(implied_utilisation_pct(t_ms, 1.0)), ..Default::default() };
+        assert_eq!(m.target(&wait(4.0)), Mode::Normal);
+        assert_eq!(m.target(&wait(5.0)), Mode::Cautious);
+        assert_eq!(m.target(&wait(10.0)), Mode::Restricted);
+        assert_eq!(m.target(&wait(20.0)), Mode::Survival);
+    }
+
+    #[test]
+    fn held_work_is_no_evidence_the_overload_ended() {
+        // Survival entered on the top class's wait; the gate then holds the
+        // lower class back and the wait clears. While it holds, the clear
+        // wait is the shedding's doing: the mode stays. Once nothing was
+        // held for a window, the clear signals let it go (one transition).
+        let mut m = Manager::new(Thresholds::preset(Preset::Default));
+        let survival = Load { wait_pct: Some(99.0), ..Default::default() };
+        assert_eq!(m.observe(30.0, &survival).map(|t| t.to), Some(Mode::Survival));
+        let shed = Load { wait_pct: Some(0.0), cpu_pct: Some(20.0), held: true, ..Default::default() };
+        for t in 61..200 {
+            assert_eq!(m.observe(f64::from(t), &shed), None, "held at {t} s");
+        }
+        let clear = Load { held: false, ..shed };
+        assert_eq!(m.observe(200.0, &clear).map(|t| t.to), Some(Mode::Normal));
+        assert_eq!(m.transitions(), 2);
     }
 
     #[test]
@@ -375,9 +457,9 @@ mod tests {
     #[test]
     fn the_worst_metric_wins() {
         let mut m = Manager::new(Thresholds::preset(Preset::Default));
-        let load = Load { cpu_pct: Some(81.0), memory_pct: Some(93.0), queue: 1000.0 };
+        let load = Load { cpu_pct: Some(81.0), memory_pct: Some(93.0), queue: 1000.0, ..Default::default() };
         assert_eq!(m.target(&load), Mode::Survival, "queue 1000 reaches Survival");
-        let load = Load { cpu_pct: Some(81.0), memory_pct: Some(93.0), queue: 10.0 };
+        let load = Load { cpu_pct: Some(81.0), memory_pct: Some(93.0), queue: 10.0, ..Default::default() };
         assert_eq!(m.target(&load), Mode::Restricted, "memory 93 % reaches Restricted");
         m.observe(30.0, &load);
         assert_eq!(m.mode(), Mode::Restricted);
@@ -397,7 +479,7 @@ mod tests {
             for (i, mode) in [Mode::Cautious, Mode::Restricted, Mode::Survival].into_iter().enumerate() {
                 assert_eq!(m.target(&cpu(cpu_t[i])), mode, "{p:?} cpu {}", cpu_t[i]);
                 assert_eq!(m.target(&cpu(cpu_t[i] - 0.5)), Mode::ALL[i], "{p:?} just below");
-                let mem = Load { cpu_pct: None, memory_pct: Some(mem_t[i]), queue: 0.0 };
+                let mem = Load { memory_pct: Some(mem_t[i]), ..Default::default() };
                 assert_eq!(m.target(&mem), mode, "{p:?} memory {}", mem_t[i]);
             }
         }

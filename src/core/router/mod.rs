@@ -15,8 +15,10 @@ use std::fmt;
 
 mod index;
 pub mod restore;
+mod room;
 
 pub use restore::Held;
+pub use room::Room;
 
 /// A routing strategy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -259,6 +261,8 @@ pub struct Router {
     premium_fell_back: bool,
     /// The indexes the choices read; `None`: scan every replica instead.
     index: Option<Index>,
+    /// The gate's limits for the choice under way ([`Self::admit_within`]).
+    room: Option<Room>,
 }
 
 impl Router {
@@ -296,8 +300,16 @@ impl Router {
             .collect();
         let tau = (cfg.alpha * f64::from(cfg.theta)).floor() as u32;
         let index = Some(Index::new(k));
-        let mut router =
-            Router { cfg, tau, replicas, cursors: [0; 3], changes: Vec::new(), premium_fell_back: false, index };
+        let mut router = Router {
+            cfg,
+            tau,
+            replicas,
+            cursors: [0; 3],
+            changes: Vec::new(),
+            premium_fell_back: false,
+            index,
+            room: None,
+        };
         router.sync_all();
         router
     }
@@ -334,6 +346,29 @@ impl Router {
         self.replicas[pick.idx()].active[class.idx()] += 1;
         self.sync(pick.idx());
         Some(pick)
+    }
+
+    /// [`Self::admit`] among the replicas with `room`: every choice the
+    /// strategy makes passes over a replica at its limit, so the session
+    /// goes to the next one the strategy would take (`None`: no replica
+    /// eligible for it has room).
+    pub fn admit_within(&mut self, class: Class, room: Room) -> Option<ReplicaId> {
+        self.room = Some(room);
+        let pick = self.admit(class);
+        self.room = None;
+        pick
+    }
+
+    /// Whether any replica may take a session of `class` at all, room
+    /// aside: what [`Self::admit`] would answer `None` to otherwise.
+    pub fn routable(&self, class: Class) -> bool {
+        let want = Role::of(class);
+        self.replicas.iter().any(|r| r.open(class) && (self.cfg.strategy != Strategy::RrSplit || r.role == want))
+    }
+
+    /// Whether `rep` has room for one more session in the choice under way.
+    fn fits(&self, rep: &Replica) -> bool {
+        self.room.is_none_or(|room| room.fits(rep.role, rep.active))
     }
 
     /// Round robin under shares: a replica at share s takes s of the turns
@@ -527,7 +562,8 @@ impl Router {
         let start = self.cursors[cursor];
         let mut pick = None;
         for r in (0..k).map(|i| (start + i) % k) {
-            if self.replicas[r].open(class) && eligible(&self.replicas[r]) && self.take_credit(ReplicaId(r), class) {
+            let rep = &self.replicas[r];
+            if rep.open(class) && eligible(rep) && self.fits(rep) && self.take_credit(ReplicaId(r), class) {
                 pick = Some(r);
                 break;
             }
@@ -540,6 +576,7 @@ impl Router {
     /// The open replica of one of `roles` with the least weighted load for
     /// `class` that is `eligible`, ties to the lowest id.
     fn least_loaded(&self, class: Class, roles: &[Role], eligible: impl Fn(&Replica) -> bool) -> Option<ReplicaId> {
+        let eligible = |r: &Replica| eligible(r) && self.fits(r);
         if let Some(x) = &self.index {
             return x.least_loaded(class, roles, |i| eligible(&self.replicas[i])).map(ReplicaId);
         }
@@ -613,7 +650,8 @@ impl Router {
         }
         if let Some(x) = &self.index {
             let (i, _) = x.best_guest()?;
-            return self.replicas[i].cpu_with_one_more().filter(|&cpu| cpu < PRESSURE_CPU).map(|_| ReplicaId(i));
+            let rep = &self.replicas[i];
+            return rep.cpu_with_one_more().filter(|&cpu| cpu < PRESSURE_CPU && self.fits(rep)).map(|_| ReplicaId(i));
         }
         self.replicas
             .iter()
@@ -622,6 +660,7 @@ impl Router {
             .filter_map(|(i, r)| Some((i, r.cpu_with_one_more()?)))
             .filter(|&(_, cpu)| cpu < PRESSURE_CPU)
             .min_by(|(i, a), (j, b)| a.total_cmp(b).then(i.cmp(j)))
+            .filter(|&(i, _)| self.fits(&self.replicas[i]))
             .map(|(i, _)| ReplicaId(i))
     }
 

@@ -7,9 +7,9 @@
 
 use super::args::{CommonArgs, ExternalArgs, RunArgs};
 use crate::cluster::external::DatasetStep;
-use crate::core::admission::Gate;
+use crate::core::admission::{Gate, Sizing};
 use crate::core::faults::{self, Timeline};
-use crate::core::model::{Action, FaultEvent};
+use crate::core::model::{Action, Class, FaultEvent};
 use crate::core::phases::{self, Phase};
 use crate::core::proxy_tier::{self, ProxyFault};
 use crate::core::roles::RoleVector;
@@ -773,7 +773,10 @@ fn gate(w: &Workload, admission: Admission, clients: u32, replicas: usize, time_
         0 => clients.div_ceil(replicas as u32),
         n => n,
     };
-    (admission == Admission::Modes).then(|| Gate::new(d.clone(), time_scale, per_replica))
+    let top = if d.premium >= d.freemium { Class::P } else { Class::F };
+    let service_ms = if d.service_ms > 0.0 { d.service_ms } else { w.mean_cpu_ms(top) };
+    let sizing = Sizing { replicas, replica_sessions: per_replica, service_ms };
+    (admission == Admission::Modes).then(|| Gate::new(d.clone(), time_scale, sizing))
 }
 
 /// The local backend has no network of its own to cut: a schedule that
