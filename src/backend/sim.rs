@@ -101,6 +101,9 @@ struct ClientState {
     qseq: u64,
     /// A login is under way (since `intended`, then `session_start`).
     login: bool,
+    /// Its query in flight runs under the gate's statement count
+    /// (`Controller::statement`), which its end gives back.
+    granted: bool,
 }
 
 struct Sim<'a, 'c> {
@@ -111,6 +114,9 @@ struct Sim<'a, 'c> {
     servers: Vec<Server>,
     clients: Vec<ClientState>,
     sessions: u64,
+    /// Per replica, the clients whose next query the admission gate holds
+    /// (a lower class at its statement limit), first held first.
+    held: Vec<std::collections::VecDeque<u32>>,
 }
 
 /// Runs the simulation to `duration_s`, feeding `col`.
@@ -128,9 +134,11 @@ pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
         sent: 0.0,
         qseq: 0,
         login: false,
+        granted: false,
     }));
     let agenda = Agenda::new(clients.len(), k);
-    let mut sim = Sim { input, col, now: 0.0, agenda, servers, clients, sessions: 0 };
+    let held = vec![std::collections::VecDeque::new(); k];
+    let mut sim = Sim { input, col, now: 0.0, agenda, servers, clients, sessions: 0, held };
     sim.start();
     let mut guard = guard::Guard::new(sim.clients.len(), k);
     let mut stalled = None;
@@ -283,6 +291,44 @@ impl Sim<'_, '_> {
         self.input.control.sample(now, &cpu);
         let admitted = self.input.control.admit_waiting(now);
         self.start_admitted(admitted);
+        // Held queries ask again once a second (and at once after a mode
+        // change), so a hold that lasts is seen in every window.
+        for r in ReplicaId::all(self.servers.len()) {
+            self.release_held(r, usize::MAX);
+        }
+    }
+
+    /// Asks again for up to `n` of the queries held on `r`, first held
+    /// first; those still held keep their places.
+    fn release_held(&mut self, r: ReplicaId, n: usize) {
+        let mut again = std::mem::take(&mut self.held[r.idx()]);
+        let mut still = std::collections::VecDeque::new();
+        let mut tried = 0;
+        while let Some(c) = again.pop_front() {
+            if tried == n {
+                still.push_back(c);
+                continue;
+            }
+            tried += 1;
+            let i = c as usize;
+            match self.clients[i].state {
+                State::Session { replica, broken: false, .. } if replica == r && self.servers[r.idx()].up => {
+                    if !self.input.control.statement(self.clients[i].script.class, r) {
+                        still.push_back(c);
+                        continue;
+                    }
+                    self.clients[i].granted = true;
+                    self.dispatch(i, r);
+                }
+                State::Session { replica, .. } if replica == r => {
+                    self.clients[i].sent = self.now;
+                    self.fail_query(i, r);
+                }
+                _ => {}
+            }
+        }
+        still.extend(std::mem::take(&mut self.held[r.idx()]));
+        self.held[r.idx()] = still;
     }
 
     /// Starts the sessions the gate let out of its queue.
@@ -443,8 +489,20 @@ impl Sim<'_, '_> {
         }
     }
 
+    /// Sends client `i`'s next query on `r`, unless the admission gate
+    /// holds it ([`Self::release_held`] asks again).
     fn send(&mut self, i: usize, r: ReplicaId) {
         self.login_ended(i, LoginStep::LoggedIn(self.now));
+        if !self.input.control.statement(self.clients[i].script.class, r) {
+            self.held[r.idx()].push_back(i as u32);
+            return;
+        }
+        self.clients[i].granted = true;
+        self.dispatch(i, r);
+    }
+
+    /// Puts client `i`'s next query on `r` under its deadline.
+    fn dispatch(&mut self, i: usize, r: ReplicaId) {
         let w = self.input.workload;
         let draw = self.clients[i].script.query(w);
         let q = self.next_job(i, SetUp::Done);
@@ -606,8 +664,16 @@ impl Sim<'_, '_> {
         });
         // The simulator's checks are instantaneous: no success is stale.
         let answer = error.map_or(Ok((now - c.sent) * 1000.0), Err);
+        let (class, latency_ms) = (c.script.class, (now - c.intended) * 1000.0);
+        let granted = std::mem::replace(&mut c.granted, false);
         let confirm = self.input.control.query_answered(r, answer, now, now);
         self.confirm(confirm);
+        if error.is_none() {
+            self.input.control.served(class, latency_ms);
+        }
+        if granted && self.input.control.statement_ended(class, r) {
+            self.release_held(r, 1);
+        }
         if let Some(e) = error {
             return self.abort(i, r, AbortReason::Query(e));
         }
@@ -734,8 +800,9 @@ impl Sim<'_, '_> {
                 self.fail_query(c, r);
             }
         }
-        // Its connections died with it.
+        // Its connections died with it, the held queries' too.
         self.servers[r.idx()].connections = 0;
+        self.release_held(r, usize::MAX);
         for c in &mut self.clients {
             if let State::Session { replica, broken, counted, .. } = &mut c.state {
                 if *replica == r {

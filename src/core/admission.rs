@@ -18,9 +18,10 @@
 //!   statement, not only as sessions end;
 //! - a session the strategy's first choice cannot take goes to the next
 //!   replica with room ([`Router::admit_within`]) before it queues;
-//! - no session starts while one of a higher class waits, so a top-class
-//!   waiter is never rejected while a lower class was admitted during its
-//!   wait; a full queue refuses the lowest class first.
+//! - while a session of a higher class waits, a lower class starts only on
+//!   replicas the higher class is not served by, so a top-class waiter is
+//!   never rejected while a lower class was admitted to capacity it could
+//!   have had; a full queue refuses the lowest class first.
 
 use super::degradation::{implied_utilisation_pct, DegradationKnobs, Load, Manager, Mode, Priority, Transition};
 use super::model::{Class, ReplicaId, Role};
@@ -57,6 +58,15 @@ pub struct Waiting {
     /// Its client was refused since its last admission: a retry, not fresh
     /// demand (not counted in the queue depth the modes read).
     pub retry: bool,
+}
+
+/// A replica as the gate sees it: its role and its sessions `[P, F]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Place {
+    /// Its role.
+    pub role: Role,
+    /// Its sessions `[P, F]`.
+    pub active: [u32; 2],
 }
 
 /// What the gate is sized by, besides its knobs.
@@ -151,10 +161,13 @@ impl Gate {
         self.knobs.priority(class) == self.top()
     }
 
-    /// The roles of the replicas the top class uses: its own and Mixed
-    /// (rr and lc hold every replica as Mixed).
-    pub fn serves_top(&self, role: Role) -> bool {
-        role == Role::M || Class::ALL.iter().any(|&c| self.is_top(c) && Role::of(c) == role)
+    /// Whether the top class uses a replica: one of its own role or Mixed
+    /// (rr and lc hold every replica as Mixed), or any that holds its
+    /// sessions (a role repair leaves sessions pinned where they were).
+    pub fn serves_top(&self, at: Place) -> bool {
+        let top = |c: &Class| self.is_top(*c);
+        at.role == Role::M
+            || Class::ALL.iter().filter(|c| top(c)).any(|&c| Role::of(c) == at.role || at.active[c.idx()] > 0)
     }
 
     /// Which replicas' CPU is the top class's CPU signal: the healthy ones
@@ -174,37 +187,55 @@ impl Gate {
     }
 
     /// The limits a new session of `class` meets: the whole session limit
-    /// for the top class and on replicas the top class does not use; the
-    /// mode's share of it for a lower class on those it does. Sessions of
-    /// a class count against `class` when its priority is at least
-    /// `class`'s (a lower class never holds a higher one back).
+    /// for the top class; the mode's share of it for a lower class on the
+    /// replicas the top class uses, and none on the others (a lower
+    /// class's own replicas are its own, as without the gate). Only the
+    /// sessions of `class`'s own priority count against its limit: a lower
+    /// class never holds a higher one back, and a replica full of the top
+    /// class still gives a lower class its share (else it starves where
+    /// every replica is shared, as under rr and lc). In a
+    /// degraded mode the top class's least-loaded choices weigh only its
+    /// own sessions: a lower class's there are held to a statement slot,
+    /// so a replica full of them is capacity for the top class (a role
+    /// repair leaves a new Premium replica holding the Freemium sessions
+    /// it had, and the top class would otherwise pile onto the other).
     fn room(&self, class: Class) -> Room {
         let whole = self.sizing.replica_sessions;
-        let lower = if self.is_top(class) { whole } else { self.replica_limit() };
-        let max = Role::ALL.map(|role| Some(if self.serves_top(role) { lower } else { whole }));
+        let top = self.is_top(class);
+        let max = Role::ALL.map(|role| match (top, self.serves_top(Place { role, active: [0; 2] })) {
+            (true, _) => Some(whole),
+            (false, true) => Some(self.replica_limit()),
+            (false, false) => None,
+        });
         let mine = self.knobs.priority(class);
-        Room { max, counted: Class::ALL.map(|c| self.knobs.priority(c) >= mine) }
+        let weigh_counted = top && self.mode() != Mode::Normal;
+        Room {
+            max,
+            shared_by: Class::ALL.map(|c| self.is_top(c)),
+            counted: Class::ALL.map(|c| self.knobs.priority(c) == mine),
+            weigh_counted,
+        }
     }
 
-    /// The statements a lower class may run at once on a replica of
-    /// `role` now (`None`: no limit): in a degraded mode, on the replicas
-    /// the top class uses, the mode's share of the replica's statement
-    /// slots, at least one.
-    pub fn statement_limit(&self, class: Class, role: Role) -> Option<u32> {
-        if self.is_top(class) || !self.serves_top(role) || self.mode() == Mode::Normal {
+    /// The statements a lower class may run at once on a replica `at`
+    /// now (`None`: no limit): in a degraded mode, on the replicas the top
+    /// class uses, the mode's share of the replica's statement slots, at
+    /// least one.
+    pub fn statement_limit(&self, class: Class, at: Place) -> Option<u32> {
+        if self.is_top(class) || !self.serves_top(at) || self.mode() == Mode::Normal {
             return None;
         }
         let slots = f64::from(self.knobs.statement_slots) * self.mode().concurrency_share();
         Some((slots.floor() as u32).max(1))
     }
 
-    /// A statement of `class` asks to run on `r`, now of `role`: `true`
-    /// counts it running (end it with [`Self::end_statement`]); `false`
-    /// holds it (ask again when a statement of its class on `r` ends or
-    /// the mode changes).
-    pub fn begin_statement(&mut self, class: Class, r: ReplicaId, role: Role) -> bool {
+    /// A statement of `class` asks to run on `r`, now `at`: `true` counts
+    /// it running (end it with [`Self::end_statement`]); `false` holds it
+    /// (ask again when a statement of its class on `r` ends or the mode
+    /// changes).
+    pub fn begin_statement(&mut self, class: Class, r: ReplicaId, at: Place) -> bool {
         let running = self.running[r.idx()][class.idx()];
-        if self.statement_limit(class, role).is_some_and(|limit| running >= limit) {
+        if self.statement_limit(class, at).is_some_and(|limit| running >= limit) {
             self.held = true;
             return false;
         }
@@ -248,8 +279,18 @@ impl Gate {
     /// Tries to start a session of `class` now, without queueing: on the
     /// strategy's choice among the replicas with room; queued when the
     /// router has replicas for it but none with room.
-    fn try_start(&self, router: &mut Router, class: Class) -> Decision {
-        match router.admit_within(class, self.room(class)) {
+    /// While a higher class waits (`yielding`), a lower one may start only
+    /// where the higher class is not served: it takes nothing the waiter
+    /// could have had (rr-split's Freemium partition, PLB's Freemium
+    /// replicas without Premium sessions).
+    fn try_start(&self, router: &mut Router, class: Class, yielding: bool) -> Decision {
+        let mut room = self.room(class);
+        if yielding {
+            for role in Role::ALL.into_iter().filter(|&role| self.serves_top(Place { role, active: [0; 2] })) {
+                room.max[role.idx()] = Some(0);
+            }
+        }
+        match router.admit_within(class, room) {
             Some(r) => Decision::Admit(r),
             None if router.routable(class) => Decision::Queued,
             None => Decision::NoRoute,
@@ -268,8 +309,9 @@ impl Gate {
     /// lower ones do not hold it back.
     pub fn request(&mut self, router: &mut Router, client: u32, class: Class, t_s: f64) -> Decision {
         let mine = self.knobs.priority(class);
-        let behind = self.queue.iter().any(|w| self.knobs.priority(w.class) >= mine);
-        let decision = if behind { Decision::Queued } else { self.try_start(router, class) };
+        let same = self.queue.iter().any(|w| self.knobs.priority(w.class) == mine);
+        let higher = self.queue.iter().any(|w| self.knobs.priority(w.class) > mine);
+        let decision = if same { Decision::Queued } else { self.try_start(router, class, higher) };
         if decision != Decision::Queued {
             if matches!(decision, Decision::Admit(_)) {
                 self.refused.remove(&client);
@@ -291,9 +333,9 @@ impl Gate {
     /// first and in queue order within a priority (revised 2026-12-06: a
     /// burst of lower-class sessions released when capacity appears would
     /// otherwise take a replica just repaired for the higher class, and
-    /// its postmaster's queue with it). Once a waiter cannot start, no
-    /// waiter of a lower priority starts. Returns the admitted sessions
-    /// with their replicas.
+    /// its postmaster's queue with it). Once a waiter cannot start, a
+    /// waiter of a lower priority starts only where the higher class is
+    /// not served. Returns the admitted sessions with their replicas.
     pub fn drain(&mut self, router: &mut Router) -> Vec<(Waiting, ReplicaId)> {
         let mut admitted = Vec::new();
         let mut keep = VecDeque::new();
@@ -302,11 +344,7 @@ impl Gate {
         let mut stuck: Option<Priority> = None;
         while let Some(w) = self.queue.pop_front() {
             let p = knobs.priority(w.class);
-            if stuck.is_some_and(|s| p < s) {
-                keep.push_back(w);
-                continue;
-            }
-            match self.try_start(router, w.class) {
+            match self.try_start(router, w.class, stuck.is_some_and(|s| p < s)) {
                 Decision::Admit(r) => {
                     self.refused.remove(&w.client);
                     admitted.push((w, r));

@@ -562,17 +562,22 @@ impl Controller {
     /// (ask again when [`Self::statement_ended`] says so or the mode
     /// changes). Always `true` without a gate.
     pub fn statement(&mut self, class: Class, r: ReplicaId) -> bool {
-        let role = self.router.role(r);
-        self.gate.as_mut().is_none_or(|g| g.begin_statement(class, r, role))
+        let at = self.at(r);
+        self.gate.as_mut().is_none_or(|g| g.begin_statement(class, r, at))
+    }
+
+    /// Replica `r`'s role and sessions, as the gate reads them.
+    fn at(&self, r: ReplicaId) -> super::admission::Place {
+        super::admission::Place { role: self.router.role(r), active: self.router.active(r) }
     }
 
     /// A statement [`Self::statement`] let run on `r` ended; `true` when a
     /// held statement of `class` may now be asked again.
     pub fn statement_ended(&mut self, class: Class, r: ReplicaId) -> bool {
-        let role = self.router.role(r);
+        let at = self.at(r);
         self.gate.as_mut().is_some_and(|g| {
             g.end_statement(class, r);
-            g.statement_limit(class, role).is_some()
+            g.statement_limit(class, at).is_some()
         })
     }
 

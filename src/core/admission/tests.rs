@@ -23,6 +23,11 @@ fn gate(k: usize, per: u32) -> Gate {
     Gate::new(knobs, 1.0, sizing(k, per))
 }
 
+/// A replica of `role` with no session.
+fn at(role: Role) -> Place {
+    Place { role, active: [0; 2] }
+}
+
 fn cpu(v: f64) -> Load {
     Load { cpu_pct: Some(v), ..Default::default() }
 }
@@ -58,17 +63,19 @@ fn survival_caps_the_lower_class_on_the_top_class_replicas_never_the_top_one() {
 
 #[test]
 fn the_cap_binds_only_where_the_top_class_is_served() {
-    // Causal step 1's other half: a Freemium replica is Freemium's. PLB
-    // over (1, 0, 1): in Survival Freemium fills its own replica to the
-    // whole limit; only the Premium replica is held to the share.
+    // Causal step 1's other half: a Freemium replica is Freemium's.
+    // rr-split over (1, 0, 1): in Survival Freemium fills its own replica
+    // as without the gate; only where Premium is served is it held.
     let mut g = gate(2, 10);
     let mut r = Router::new(RouterConfig::for_tests(Routing::RrSplit, [1, 0, 1]));
     survival(&mut g);
-    assert_eq!(admits(&mut g, &mut r, 0..20, Class::F, 1.0), 10, "rr-split's F replica: its whole 10");
-    assert_eq!(g.statement_limit(Class::F, Role::F), None);
-    assert_eq!(g.statement_limit(Class::F, Role::P), Some(1), "30 % of 4 slots, at least one");
-    assert_eq!(g.statement_limit(Class::F, Role::M), Some(1));
-    assert_eq!(g.statement_limit(Class::P, Role::P), None, "the top class is never held");
+    assert_eq!(admits(&mut g, &mut r, 0..30, Class::F, 1.0), 30, "rr-split's F replica: no limit but its own");
+    assert_eq!(g.statement_limit(Class::F, at(Role::F)), None);
+    assert_eq!(g.statement_limit(Class::F, at(Role::P)), Some(1), "30 % of 4 slots, at least one");
+    assert_eq!(g.statement_limit(Class::F, at(Role::M)), Some(1));
+    assert_eq!(g.statement_limit(Class::P, at(Role::P)), None, "the top class is never held");
+    let pinned = Place { role: Role::F, active: [3, 40] };
+    assert_eq!(g.statement_limit(Class::F, pinned), Some(1), "an F replica holding Premium sessions is shared");
 }
 
 #[test]
@@ -96,16 +103,16 @@ fn lower_class_statements_are_held_to_the_share_and_released() {
     // Restricted, Freemium runs 2 statements at once on a shared replica
     // (50 % of 4); the third waits for one to end; Premium is never held.
     let mut g = gate(1, 10);
-    assert!((0..10).all(|_| g.begin_statement(Class::F, ReplicaId(0), Role::M)), "Normal: no limit");
+    assert!((0..10).all(|_| g.begin_statement(Class::F, ReplicaId(0), at(Role::M))), "Normal: no limit");
     (0..10).for_each(|_| g.end_statement(Class::F, ReplicaId(0)));
     g.observe(1.0, cpu(91.0));
     assert_eq!(g.mode(), Mode::Restricted);
-    assert!(g.begin_statement(Class::F, ReplicaId(0), Role::M));
-    assert!(g.begin_statement(Class::F, ReplicaId(0), Role::M));
-    assert!(!g.begin_statement(Class::F, ReplicaId(0), Role::M), "the third is held");
-    assert!((0..20).all(|_| g.begin_statement(Class::P, ReplicaId(0), Role::M)));
+    assert!(g.begin_statement(Class::F, ReplicaId(0), at(Role::M)));
+    assert!(g.begin_statement(Class::F, ReplicaId(0), at(Role::M)));
+    assert!(!g.begin_statement(Class::F, ReplicaId(0), at(Role::M)), "the third is held");
+    assert!((0..20).all(|_| g.begin_statement(Class::P, ReplicaId(0), at(Role::M))));
     g.end_statement(Class::F, ReplicaId(0));
-    assert!(g.begin_statement(Class::F, ReplicaId(0), Role::M), "a slot freed");
+    assert!(g.begin_statement(Class::F, ReplicaId(0), at(Role::M)), "a slot freed");
 }
 
 #[test]
@@ -151,7 +158,7 @@ fn survival_entry_makes_no_flood_and_reentry_loop() {
             g.end_statement(Class::F, ReplicaId(0));
             running -= 1;
         }
-        while running < want && g.begin_statement(Class::F, ReplicaId(0), Role::M) {
+        while running < want && g.begin_statement(Class::F, ReplicaId(0), at(Role::M)) {
             running += 1;
         }
         g.served(Class::P, 1.0 + f64::from(running));
@@ -184,15 +191,20 @@ fn a_top_class_waiter_holds_every_lower_admission_and_a_full_queue_refuses_the_l
 
 #[test]
 fn the_queue_drains_the_highest_priority_first() {
+    // Both replicas at their 10 Premium sessions: a Premium session waits,
+    // and a Freemium one, which would fit (Premium's sessions are not its
+    // load), waits behind it. One Premium session ends: the Premium waiter
+    // starts first, then the Freemium one.
     let mut g = gate(2, 10);
     let mut r = Router::new(RouterConfig::for_tests(Routing::Lc, [1, 0, 1]));
     assert_eq!(admits(&mut g, &mut r, 0..20, Class::P, 0.0), 20);
-    assert_eq!(g.request(&mut r, 20, Class::F, 0.0), Decision::Queued);
-    assert_eq!(g.request(&mut r, 21, Class::P, 0.1), Decision::Queued);
+    assert_eq!(g.request(&mut r, 21, Class::P, 0.0), Decision::Queued);
+    assert_eq!(g.request(&mut r, 20, Class::F, 0.1), Decision::Queued, "Premium waits for both: both shared");
+    assert!(g.drain(&mut r).is_empty(), "Premium stuck: nothing below it starts");
     r.release(ReplicaId(0), Class::P);
     let admitted = g.drain(&mut r);
-    assert_eq!(admitted.iter().map(|(w, _)| w.client).collect::<Vec<_>>(), [21], "Premium first");
-    assert_eq!((g.queued(), g.waiting()), (1, [0, 1]), "Freemium still waits");
+    assert_eq!(admitted.iter().map(|(w, _)| w.client).collect::<Vec<_>>(), [21, 20], "Premium first");
+    assert_eq!(g.queued(), 0);
 }
 
 #[test]
@@ -234,8 +246,9 @@ fn op() -> impl Strategy<Value = Op> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
 
-    /// Premium is rejected only while every Freemium request is
-    /// rejected: no Freemium session was admitted during a rejected
+    /// Premium is rejected only while every Freemium request for the
+    /// capacity it could have had is rejected: no Freemium session was
+    /// admitted to a replica Premium is served by during a rejected
     /// Premium session's wait, under every strategy.
     #[test]
     fn premium_is_rejected_only_while_every_freemium_request_is(
@@ -283,7 +296,7 @@ proptest! {
                 Op::Drain => admitted.extend(g.drain(&mut r).into_iter().map(|(w, x)| (x, w.class))),
             }
             for (x, class) in admitted {
-                if class == Class::F {
+                if class == Class::F && g.serves_top(Place { role: r.role(x), active: r.active(x) }) {
                     freemium_admitted.push(t);
                 }
                 on.push((x, class));

@@ -577,6 +577,16 @@ impl Router {
     /// `class` that is `eligible`, ties to the lowest id.
     fn least_loaded(&self, class: Class, roles: &[Role], eligible: impl Fn(&Replica) -> bool) -> Option<ReplicaId> {
         let eligible = |r: &Replica| eligible(r) && self.fits(r);
+        if let Some(room) = self.room.filter(|room| room.weigh_counted) {
+            let weight = |r: &Replica| f64::from(room.held(r.active) + 1) / r.share[class.idx()];
+            return self
+                .replicas
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.open(class) && roles.contains(&r.role) && eligible(r))
+                .min_by(|(i, a), (j, b)| weight(a).total_cmp(&weight(b)).then(i.cmp(j)))
+                .map(|(i, _)| ReplicaId(i));
+        }
         if let Some(x) = &self.index {
             return x.least_loaded(class, roles, |i| eligible(&self.replicas[i])).map(ReplicaId);
         }

@@ -10,18 +10,32 @@ use super::super::model::{Class, Role};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Room {
     /// Per role `(P, M, F)`: the most sessions of the `counted` classes a
-    /// replica of that role may hold (`None`: no limit).
+    /// replica of that role may hold (`None`: no limit). A replica that
+    /// holds sessions of a `shared_by` class takes Mixed's.
     pub max: [Option<u32>; 3],
+    /// The classes `[P, F]` whose sessions make any replica shared.
+    pub shared_by: [bool; 2],
     /// The classes `[P, F]` whose sessions count against `max`.
     pub counted: [bool; 2],
+    /// Least-loaded choices weigh only the `counted` classes' sessions (a
+    /// degraded mode holds the others to a statement slot, so they are
+    /// no load for the top class); `false`: every session, as without a
+    /// gate.
+    pub weigh_counted: bool,
 }
 
 impl Room {
     /// Whether a replica of `role` holding `active` sessions `[P, F]` may
     /// take one more.
     pub fn fits(&self, role: Role, active: [u32; 2]) -> bool {
-        let held: u32 = Class::ALL.iter().filter(|c| self.counted[c.idx()]).map(|c| active[c.idx()]).sum();
-        self.max[role.idx()].is_none_or(|m| held < m)
+        let shared = Class::ALL.iter().any(|c| self.shared_by[c.idx()] && active[c.idx()] > 0);
+        let role = if shared { Role::M } else { role };
+        self.max[role.idx()].is_none_or(|m| self.held(active) < m)
+    }
+
+    /// The sessions of the `counted` classes among `active`.
+    pub fn held(&self, active: [u32; 2]) -> u32 {
+        Class::ALL.iter().filter(|c| self.counted[c.idx()]).map(|c| active[c.idx()]).sum()
     }
 }
 
@@ -31,9 +45,18 @@ mod tests {
 
     #[test]
     fn counts_only_the_counted_classes_against_the_role_limit() {
-        let room = Room { max: [Some(2), Some(2), None], counted: [true, false] };
+        let room =
+            Room { max: [Some(2), Some(2), None], shared_by: [false; 2], counted: [true, false], weigh_counted: false };
         assert!(room.fits(Role::P, [1, 50]), "Freemium sessions do not count");
         assert!(!room.fits(Role::M, [2, 0]));
         assert!(room.fits(Role::F, [500, 500]), "no limit on F");
+        let room = Room {
+            max: [Some(2), Some(2), None],
+            shared_by: [true, false],
+            counted: [false, true],
+            weigh_counted: false,
+        };
+        assert!(room.fits(Role::F, [0, 500]), "no limit on F");
+        assert!(!room.fits(Role::F, [1, 2]), "an F replica holding Premium sessions is shared");
     }
 }

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Admission modes against none, per cell and phase, from `plbbench
+experiment ... --admissions none,modes` folders (issue 64's bars).
+
+For each experiment folder given, every (fault, mix, strategy, phase) cell
+is paired with its `+modes` twin; the ratios are of medians across the
+repeats. Prints a markdown table and a last line that counts the cells
+that miss a bar:
+- Premium goodput with modes >= 0.97x without in every phase (>= 1.0x in
+  down2); baseline p95 <= 1.5x;
+- every run with modes passed the checks its twin without modes passed
+  (the progress check among them: Freemium served in every phase);
+- no run ended in Survival (events.csv) while it had a fault to answer to
+  no longer (the last mode's entry before the last rejoin is fine).
+
+Usage: scripts/admission-table.py DIR [DIR ...]
+"""
+import csv
+import json
+import pathlib
+import sys
+
+BARS = {"goodput": 0.97, "goodput_down2": 1.0, "baseline_p95": 1.5}
+
+
+def cells(folder):
+    rows = {}
+    with open(folder / "experiment.csv") as f:
+        for r in csv.DictReader(f):
+            strategy, _, adm = r["strategy"].partition("+")
+            key = (r["fault"], r["mix"], strategy, r["phase"], r["class"])
+            rows.setdefault(key, {})[adm or "none"] = r
+    return rows
+
+
+def failed(run):
+    s = json.loads((run / "summary.json").read_text())
+    return {v["name"] for v in s["verdicts"] if not v.get("ok", True)}
+
+
+def runs_ok(folder):
+    """The checks a `+modes` run fails that its twin without modes passes
+    (a regime that fails a check without modes, as T=3000 fails `login
+    wait`, is no fault of the modes)."""
+    bad = []
+    for run in sorted((folder / "runs").glob("*+modes*")):
+        twin = run.with_name(run.name.replace("+modes", ""))
+        extra = failed(run) - (failed(twin) if twin.exists() else set())
+        if extra:
+            bad.append(f"{run.name}: {','.join(sorted(extra))}")
+    return bad
+
+
+def main(dirs):
+    misses = 0
+    print("| T | fault | mix | strategy | phase | P goodput none | modes | x | P p95 none ms | modes ms | F goodput x |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for d in map(pathlib.Path, dirs):
+        t = json.loads((d / "experiment.json").read_text()).get("settings", {}).get("clients", "?")
+        rows = cells(d)
+        for (fault, mix, strategy, phase, cls), pair in sorted(rows.items()):
+            if cls != "P" or "none" not in pair or "modes" not in pair or phase == "warmup":
+                continue
+            n, m = pair["none"], pair["modes"]
+            gx = float(m["goodput_qps_median"]) / float(n["goodput_qps_median"])
+            f = rows[(fault, mix, strategy, phase, "F")]
+            fx = float(f["modes"]["goodput_qps_median"]) / float(f["none"]["goodput_qps_median"])
+            bar = BARS["goodput_down2"] if phase == "down2" else BARS["goodput"]
+            miss = gx < bar
+            if phase == "baseline" and float(m["p95_ms_median"]) > BARS["baseline_p95"] * float(n["p95_ms_median"]):
+                miss = True
+            misses += miss
+            mark = " **miss**" if miss else ""
+            print(
+                f"| {t} | {fault} | {mix} | {strategy} | {phase} | {float(n['goodput_qps_median']):.1f} | "
+                f"{float(m['goodput_qps_median']):.1f} | {gx:.2f}{mark} | {float(n['p95_ms_median']):.1f} | "
+                f"{float(m['p95_ms_median']):.1f} | {fx:.2f} |"
+            )
+        bad = runs_ok(d)
+        misses += len(bad)
+        for b in bad:
+            print(f"failed checks: {b}")
+    print(f"cells missing a bar: {misses}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    main(sys.argv[1:])
