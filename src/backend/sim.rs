@@ -63,6 +63,8 @@ pub struct SimOutcome {
     pub stalled: Option<String>,
     /// What a tier of routers' stale counts did (`--routers`).
     pub tier: Option<crate::core::tier::TierBooks>,
+    /// `--admission modes`: what the signals did while a mode was degraded.
+    pub modes: Option<crate::core::degradation::ModeBooks>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -169,7 +171,8 @@ pub fn run(mut input: SimInput<'_>, col: &mut Collector) -> SimOutcome {
     if let Some(w) = sim.input.control.waiting() {
         sim.col.still_queued(w);
     }
-    SimOutcome { in_flight, stalled, tier: sim.input.control.tier_books() }
+    let modes = sim.input.control.mode_books();
+    SimOutcome { in_flight, stalled, tier: sim.input.control.tier_books(), modes }
 }
 
 impl Sim<'_, '_> {

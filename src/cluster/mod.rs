@@ -203,6 +203,21 @@ impl Cluster {
         }
     }
 
+    /// Replica `r`'s memory in use as a fraction of its limit, where the
+    /// backend measures it (local replicas in a v2 cgroup with the memory
+    /// controller; the docker and external backends do not yet).
+    pub fn memory_fraction(&self, r: usize) -> Option<f64> {
+        match self {
+            Cluster::Local(c) => c.memory_fraction(r),
+            Cluster::Docker(_) | Cluster::External(_) => None,
+        }
+    }
+
+    /// The highest replica memory utilisation, percent, where measured.
+    pub fn memory_pct(&self) -> Option<f64> {
+        (0..self.replicas()).filter_map(|r| self.memory_fraction(r)).map(|m| 100.0 * m).reduce(f64::max)
+    }
+
     /// Cumulative CPU seconds of every replica, one reading each (what the
     /// run's sampler and the proxy's feed the controller once a second).
     pub fn cpu_readings(&self) -> Vec<Option<f64>> {

@@ -131,6 +131,11 @@ impl Gate {
         self.manager.mode()
     }
 
+    /// What the signals did while the mode was degraded.
+    pub fn books(&self) -> super::degradation::ModeBooks {
+        self.manager.books()
+    }
+
     /// The manager (for counters and time in mode).
     pub fn manager(&self) -> &Manager {
         &self.manager
@@ -162,8 +167,11 @@ impl Gate {
     }
 
     /// Whether the top class uses a replica: one of its own role or Mixed
-    /// (rr and lc hold every replica as Mixed), or any that holds its
-    /// sessions (a role repair leaves sessions pinned where they were).
+    /// (rr and lc hold every replica as Mixed), or, for statements, any
+    /// that holds its sessions (a role repair leaves sessions pinned where
+    /// they were). New sessions are placed by role alone: a few top-class
+    /// sessions pinned on a lower class's replica must not push that class
+    /// onto the top class's replicas.
     pub fn serves_top(&self, at: Place) -> bool {
         let top = |c: &Class| self.is_top(*c);
         at.role == Role::M
@@ -209,12 +217,7 @@ impl Gate {
         });
         let mine = self.knobs.priority(class);
         let weigh_counted = top && self.mode() != Mode::Normal;
-        Room {
-            max,
-            shared_by: Class::ALL.map(|c| self.is_top(c)),
-            counted: Class::ALL.map(|c| self.knobs.priority(c) == mine),
-            weigh_counted,
-        }
+        Room { max, counted: Class::ALL.map(|c| self.knobs.priority(c) == mine), weigh_counted }
     }
 
     /// The statements a lower class may run at once on a replica `at`

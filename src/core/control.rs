@@ -305,6 +305,11 @@ impl Controller {
         self.gate.as_ref().map(Gate::mode)
     }
 
+    /// What the gate's signals did while the mode was degraded, with a gate.
+    pub fn mode_books(&self) -> Option<super::degradation::ModeBooks> {
+        self.gate.as_ref().map(Gate::books)
+    }
+
     /// Sessions waiting for admission per class, with a gate.
     pub fn waiting(&self) -> Option<[u64; 2]> {
         self.gate.as_ref().map(Gate::waiting)

@@ -177,7 +177,7 @@ impl Default for DegradationKnobs {
 }
 
 /// Resolved thresholds and timing of a manager.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Thresholds {
     /// CPU percent per level.
     pub cpu_pct: Levels,
@@ -303,6 +303,20 @@ pub struct Transition {
     pub to: Mode,
 }
 
+/// What the signals did while the mode was degraded, for the run's books:
+/// a mode that outlives its signals is a defect the tests look for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModeBooks {
+    /// The longest stretch, seconds, spent in a degraded mode while every
+    /// signal (held work included) allowed a lower one: at most the
+    /// minimum time in a mode, plus a sample's second, when the mode is
+    /// left as it should be.
+    pub longest_clear_s: f64,
+    /// Seconds in a degraded mode that only held lower-class work kept
+    /// there (every other signal allowed a lower mode).
+    pub held_s: f64,
+}
+
 /// The degradation manager: current mode, when it began, counters.
 #[derive(Clone, Debug)]
 pub struct Manager {
@@ -312,6 +326,9 @@ pub struct Manager {
     last_s: f64,
     transitions: u64,
     time_in_s: [f64; 4],
+    /// Since when every signal has allowed a lower mode (in a degraded one).
+    clear_since: Option<f64>,
+    books: ModeBooks,
 }
 
 /// The highest level (1..=3) whose threshold x `factor` `v` reaches; 0 if none.
@@ -322,7 +339,21 @@ fn level(v: Option<f64>, th: &Levels, factor: f64) -> usize {
 impl Manager {
     /// A manager in Normal mode at time 0.
     pub fn new(th: Thresholds) -> Manager {
-        Manager { th, mode: Mode::Normal, since_s: 0.0, last_s: 0.0, transitions: 0, time_in_s: [0.0; 4] }
+        Manager {
+            th,
+            mode: Mode::Normal,
+            since_s: 0.0,
+            last_s: 0.0,
+            transitions: 0,
+            time_in_s: [0.0; 4],
+            clear_since: None,
+            books: ModeBooks::default(),
+        }
+    }
+
+    /// What the signals did while the mode was degraded.
+    pub fn books(&self) -> ModeBooks {
+        self.books
     }
 
     /// The current mode.
@@ -361,9 +392,11 @@ impl Manager {
 
     /// Observes the load at `t_s`; returns the transition if the mode changed.
     pub fn observe(&mut self, t_s: f64, load: &Load) -> Option<Transition> {
-        self.time_in_s[self.mode.idx()] += (t_s - self.last_s).max(0.0);
+        let dt = (t_s - self.last_s).max(0.0);
+        self.time_in_s[self.mode.idx()] += dt;
         self.last_s = self.last_s.max(t_s);
         let to = self.target(load);
+        self.keep_books(t_s, dt, load, to);
         if to == self.mode || t_s - self.since_s < self.th.min_mode_duration_s {
             return None;
         }
@@ -371,7 +404,22 @@ impl Manager {
         self.mode = to;
         self.since_s = t_s;
         self.transitions += 1;
+        self.clear_since = None;
         Some(tr)
+    }
+
+    /// Counts a degraded mode's clear stretches and its time held only by
+    /// held work, given the mode the signals ask for (`to`).
+    fn keep_books(&mut self, t_s: f64, dt: f64, load: &Load, to: Mode) {
+        if self.mode == Mode::Normal || to >= self.mode {
+            self.clear_since = None;
+        } else {
+            let since = *self.clear_since.get_or_insert(t_s);
+            self.books.longest_clear_s = self.books.longest_clear_s.max(t_s - since);
+        }
+        if self.mode != Mode::Normal && load.held && self.target(&Load { held: false, ..*load }) < self.mode {
+            self.books.held_s += dt;
+        }
     }
 }
 
@@ -408,9 +456,11 @@ mod tests {
         for t in 61..200 {
             assert_eq!(m.observe(f64::from(t), &shed), None, "held at {t} s");
         }
+        assert_eq!(m.books().held_s, 169.0, "30-199 s held only by shedding");
         let clear = Load { held: false, ..shed };
         assert_eq!(m.observe(200.0, &clear).map(|t| t.to), Some(Mode::Normal));
         assert_eq!(m.transitions(), 2);
+        assert_eq!(m.books().longest_clear_s, 0.0, "left the first second it could");
     }
 
     #[test]

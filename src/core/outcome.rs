@@ -48,4 +48,6 @@ pub struct BackendOutcome {
     pub tier: Option<super::tier::TierBooks>,
     /// `--proxies N`: what the run's tier of proxies did.
     pub proxy_tier: Option<super::proxy_tier::TierReport>,
+    /// `--admission modes`: what the signals did while a mode was degraded.
+    pub modes: Option<super::degradation::ModeBooks>,
 }

@@ -629,10 +629,17 @@ async fn sample_cpu(shared: Arc<Shared>, cluster: Arc<Mutex<Cluster>>) {
     loop {
         every.tick().await;
         let c = cluster.clone();
-        let Ok(cpu) = tokio::task::spawn_blocking(move || c.lock().expect("cluster lock").cpu_readings()).await else {
+        let read = move || {
+            let c = c.lock().expect("cluster lock");
+            (c.cpu_readings(), c.memory_pct())
+        };
+        let Ok((cpu, memory)) = tokio::task::spawn_blocking(read).await else {
             continue;
         };
-        shared.control(|ctl, now| ctl.c.sample(now, &cpu));
+        shared.control(|ctl, now| {
+            memory.into_iter().for_each(|m| ctl.c.memory(m));
+            ctl.c.sample(now, &cpu)
+        });
     }
 }
 

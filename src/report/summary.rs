@@ -186,6 +186,47 @@ pub struct Summary {
     /// with one proxy or none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_tier: Option<crate::core::proxy_tier::TierReport>,
+    /// `--admission modes`: how long each mode lasted, the signals and
+    /// where each threshold came from, the rejections per phase, class
+    /// and reason. `None` without modes and in a summary.json from before
+    /// version 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modes: Option<ModesReport>,
+}
+
+/// `--admission modes` in summary.json (docs/resilience.md, "Graceful
+/// degradation").
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModesReport {
+    /// Seconds in each mode, `normal` to `survival`, over the run.
+    pub time_in_mode_s: Vec<(String, f64)>,
+    /// Mode changes.
+    pub transitions: u64,
+    /// The thresholds in force: CPU (also read by the wait signal),
+    /// memory and queue depth per level, hysteresis, minimum time in a
+    /// mode (seconds, time-scaled).
+    pub thresholds: crate::core::degradation::Thresholds,
+    /// Each signal, what it measures and where its threshold comes from.
+    pub signals: Vec<(String, String)>,
+    /// Statements a replica runs at 100 % share (the lower classes get the
+    /// mode's share on the replicas the top class uses).
+    pub statement_slots: u32,
+    /// Sessions a replica holds at 100 % share.
+    pub replica_sessions: u32,
+    /// A replica's CPU at saturation, fraction of its budget.
+    pub saturation: f64,
+    /// The top class's query service time, ms, the base of its wait signal.
+    pub service_ms: f64,
+    /// Where `service_ms` comes from.
+    pub service_from: String,
+    /// Rejected sessions per phase, class and reason (`queue deadline`,
+    /// `queue full`), where any.
+    pub rejections: Vec<(String, Class, String, u64)>,
+    /// What the signals did while a mode was degraded (the longest stretch
+    /// with every signal clear, the time held only by held work); `None`
+    /// where the backend did not route (through a proxy).
+    #[serde(default)]
+    pub books: Option<crate::core::degradation::ModeBooks>,
 }
 
 impl Summary {

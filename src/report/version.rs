@@ -9,8 +9,10 @@ use serde::Deserialize;
 
 /// The summary.json version this plbbench writes: 1 added `schema_version`;
 /// 2 added the login waits (phases' `login_*_ms` and `logins_waiting`,
-/// and timeseries.csv's `logins_waiting` and `login_oldest_ms`).
-pub const SUMMARY: u32 = 2;
+/// and timeseries.csv's `logins_waiting` and `login_oldest_ms`); 3 added
+/// `modes` (admission modes' time in each mode, signals and rejections by
+/// phase and reason) and the phases' `rejected_full`.
+pub const SUMMARY: u32 = 3;
 /// The experiment.json version this plbbench writes: 1 added `schema_version`.
 pub const EXPERIMENT: u32 = 1;
 /// The `run --stream` file's version (its `run` line): 1 is the first.

@@ -248,6 +248,9 @@ pub(super) async fn session(
             ctx.started_late(due);
         }
         let draw = script.query(w);
+        if !statement(ctx, script.class, r).await {
+            return SessionEnd::Stopped;
+        }
         let sent = ctx.now();
         let q = &w.query[draw.template];
         let base_s = Duration::from_millis(w.client.query_timeout_ms).as_secs_f64();
@@ -298,7 +301,15 @@ pub(super) async fn session(
         if ctx.routes() {
             let seen = if said { Some(QueryError::Failed) } else { error };
             let answer = seen.map_or(Ok((end - sent) * 1000.0), Err);
-            let confirm = ctx.control(|ctl, now| ctl.c.query_answered(r, answer, sent, now));
+            let (confirm, freed) = ctx.control(|ctl, now| {
+                if error.is_none() {
+                    ctl.c.served(class, (end - due) * 1000.0);
+                }
+                (ctl.c.query_answered(r, answer, sent, now), ctl.c.statement_ended(class, r))
+            });
+            if freed {
+                ctx.held[r.idx()].notify_one();
+            }
             ctx.confirm(confirm);
         }
         if let Some(e) = error {
@@ -307,6 +318,32 @@ pub(super) async fn session(
         due = end + script.think_s(w);
     }
     SessionEnd::Completed
+}
+
+/// Waits until the admission gate lets a statement of `class` run on `r`
+/// (at once without a gate, through a proxy, or when nothing is held),
+/// asking again when a statement there ends, when the mode changes and
+/// at least once a second, so a hold that lasts is seen in every window
+/// of the gate's signals. `false`: the run stopped meanwhile. The wait is
+/// part of the query's latency, which runs from its intended send.
+async fn statement(ctx: &Ctx, class: Class, r: ReplicaId) -> bool {
+    if !ctx.routes() {
+        return true;
+    }
+    let mut stop = ctx.stop.clone();
+    loop {
+        let woken = ctx.held[r.idx()].notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        if ctx.control(|ctl, _| ctl.c.statement(class, r)) {
+            return true;
+        }
+        tokio::select! {
+            _ = woken => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stop.wait_for(|s| *s) => return false,
+        }
+    }
 }
 
 /// Whether a query's error means its connection is gone, as the run's

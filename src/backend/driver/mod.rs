@@ -201,6 +201,9 @@ const PROXY_HOP: Duration = Duration::from_secs(1);
 pub struct DriverOutcome {
     /// Sessions open at the end, per class.
     pub in_flight: [u64; 2],
+    /// `--admission modes` (the run routes itself): what the gate's
+    /// signals did while a mode was degraded.
+    pub modes: Option<crate::core::degradation::ModeBooks>,
     /// Interrupted by a signal.
     pub partial: bool,
     /// Run time (seconds) of the first signal, when interrupted: no query
@@ -246,6 +249,10 @@ struct Ctx {
     proxy: Option<Proxied>,
     /// The confirming probes the controller asked for, to [`confirmer`].
     confirms: mpsc::UnboundedSender<Confirm>,
+    /// Per replica, the sessions whose next statement the admission gate
+    /// holds wait here (`client::statement`): woken one at a time as a
+    /// statement there ends, all at once when the mode changes.
+    held: Vec<tokio::sync::Notify>,
 }
 
 impl Ctx {
@@ -398,6 +405,7 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
         live: input.metrics.is_some().then(|| Arc::new(Mutex::new(LiveMetrics::new()))),
         proxy,
         confirms,
+        held: (0..k).map(|_| tokio::sync::Notify::new()).collect(),
     });
     let confirming = tokio::spawn(confirmer(ctx.clone(), asked));
     let follower = feed.map(|(rx, at)| tokio::spawn(follow(ctx.clone(), rx, at - started_unix_s)));
@@ -486,7 +494,7 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
         let _ = f.await;
     }
     bar.finish_and_clear();
-    let waiting = ctx.control(|ctl, _| ctl.c.waiting());
+    let (waiting, modes) = ctx.control(|ctl, _| (ctl.c.waiting(), ctl.c.mode_books()));
     let ended_s = ctx.now();
     drop(ctx);
     let (mut collector, load) = collecting.await.expect("collector task");
@@ -499,6 +507,7 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
         collector,
         DriverOutcome {
             in_flight,
+            modes,
             partial: interrupted_s.is_some(),
             interrupted_s,
             signal,

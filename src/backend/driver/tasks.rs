@@ -188,7 +188,15 @@ pub(super) async fn sample(ctx: Arc<Ctx>, cluster: Arc<Mutex<Cluster>>, bar: ind
         let (now, snap) = (ctx.now(), snapshot(&ctx, &cluster));
         generator_sample(&ctx, &snap);
         let cpu: Vec<Option<f64>> = snap.iter().map(|s| s.cpu_s).collect();
-        ctx.control(|ctl, _| ctl.c.sample(now, &cpu));
+        let memory = cluster.try_lock().ok().and_then(|c| c.memory_pct());
+        let changed = ctx.control(|ctl, _| {
+            memory.into_iter().for_each(|m| ctl.c.memory(m));
+            ctl.c.sample(now, &cpu)
+        });
+        if changed.is_some() {
+            // A new mode: every held statement asks again.
+            ctx.held.iter().for_each(tokio::sync::Notify::notify_waiters);
+        }
         ctx.send(Msg::Sample(now, snap));
         refresh_live(&ctx);
         bar.set_position(t as u64);

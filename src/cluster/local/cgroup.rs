@@ -73,6 +73,14 @@ struct Layout {
     freezer: Option<PathBuf>,
 }
 
+/// The host's memory in bytes (`MemTotal` of `/proc/meminfo`).
+fn host_memory_bytes() -> Option<f64> {
+    let info = fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: f64 =
+        info.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kb * 1024.0)
+}
+
 /// One line of `/proc/self/mountinfo` that mounts a cgroup filesystem.
 #[derive(Debug, PartialEq)]
 struct CgMount {
@@ -310,6 +318,40 @@ impl ReplicaCgroup {
                 Some(ns as f64 / 1e9)
             }
         }
+    }
+
+    /// Memory in use by the group as a fraction of its limit (`memory.max`,
+    /// or the host's memory where the group has none): the seed's memory
+    /// utilisation signal. A v2 group with the memory controller reads
+    /// `memory.current`; elsewhere (v1, where plbbench makes no memory
+    /// group) its processes' resident memory from `/proc/<pid>/statm`,
+    /// each one's private pages plus the largest shared set once (every
+    /// backend maps the same shared buffers).
+    pub fn memory_fraction(&self) -> Option<f64> {
+        let current = fs::read_to_string(self.cpu.join("memory.current")).ok();
+        let used = match current.and_then(|c| c.trim().parse::<f64>().ok()) {
+            Some(bytes) => bytes,
+            None => self.resident_bytes()?,
+        };
+        let limit = fs::read_to_string(self.cpu.join("memory.max")).ok().and_then(|m| m.trim().parse::<f64>().ok());
+        let limit = limit.or_else(host_memory_bytes)?;
+        (limit > 0.0).then(|| used / limit)
+    }
+
+    /// The group's processes' resident memory, bytes (see
+    /// [`Self::memory_fraction`]); `None` when it has no process.
+    fn resident_bytes(&self) -> Option<f64> {
+        let page = 4096.0;
+        let (mut private, mut shared) = (0.0, 0.0f64);
+        for pid in self.pids() {
+            let Ok(statm) = fs::read_to_string(format!("/proc/{pid}/statm")) else { continue };
+            let f: Vec<f64> = statm.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+            if let [_, resident, share, ..] = f[..] {
+                private += (resident - share).max(0.0) * page;
+                shared = shared.max(share * page);
+            }
+        }
+        (private + shared > 0.0).then_some(private + shared)
     }
 
     /// Removes this group's directories (best effort, retrying for up to

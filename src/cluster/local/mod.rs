@@ -439,6 +439,12 @@ impl LocalCluster {
         Some(rep.cpu_offset + live)
     }
 
+    /// Replica `r`'s memory in use as a fraction of its limit, when its
+    /// cgroup says (see `ReplicaCgroup::memory_fraction`).
+    pub fn memory_fraction(&self, r: usize) -> Option<f64> {
+        self.cgroups.as_ref()?.replicas.get(r)?.memory_fraction()
+    }
+
     /// Whether the CPU quotas are enforced by cgroups.
     pub fn cpu_budget_enforced(&self) -> bool {
         self.cgroups.is_some()

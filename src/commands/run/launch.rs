@@ -65,6 +65,7 @@ pub fn run_sim(plan: &Plan, mut collector: Collector) -> (Collector, BackendOutc
         cpu_budget_enforced: false,
         max_connections: Some(plan.max_connections),
         tier: out.tier,
+        modes: out.modes,
         verdicts: out
             .stalled
             .map(|why| Verdict { name: SIM_PROGRESS.into(), ok: false, detail: why })
@@ -270,6 +271,7 @@ pub fn run_real(plan: &Plan, collector: Collector) -> Result<(Collector, Backend
         via_proxy,
         tier: None,
         proxy_tier,
+        modes: out.modes,
     };
     Ok((collector, outcome))
 }

@@ -11,7 +11,7 @@ use crate::core::model::{Class, EventKind};
 use crate::core::outcome::{BackendOutcome, Verdict};
 use crate::core::phases::{BASELINE, WARMUP};
 use crate::core::router::Strategy;
-use crate::core::settings::{Admission, Checks, Detection, Named};
+use crate::core::settings::{Checks, Detection, Named};
 use crate::core::validity::{self, Limits, PhaseBooks};
 use crate::error::Error;
 use crate::report::files::{write_run, RunFiles};
@@ -27,6 +27,7 @@ mod dry_run;
 pub mod generators;
 pub mod launch;
 mod memory;
+mod modes;
 pub mod plan;
 mod proxies;
 mod proxy_args;
@@ -312,7 +313,8 @@ fn summarise(
         detail: "every session completed, aborted or in flight; query totals agree across files".into(),
     }];
     verdicts.extend(validity_verdicts(plan, m));
-    verdicts.extend(degradation_verdict(plan, m));
+    let modes = modes::report(plan, m, outcome.modes);
+    verdicts.extend(modes.as_ref().map(modes::verdict));
     verdicts.extend(outcome.verdicts.iter().cloned());
     Summary {
         schema_version: crate::report::version::SUMMARY,
@@ -342,35 +344,8 @@ fn summarise(
         generator: outcome.generator.clone(),
         tier: outcome.tier.clone(),
         proxy_tier: outcome.proxy_tier.clone(),
+        modes,
     }
-}
-
-/// `--admission modes`: time in each mode, transitions and rejections per
-/// class, from the run's `mode` events and phase rows (informational).
-fn degradation_verdict(plan: &Plan, m: &RunMetrics) -> Option<Verdict> {
-    if plan.admission == Admission::None {
-        return None;
-    }
-    let spans = crate::report::charts::mode_spans(&m.events, plan.duration_s);
-    let mut time = std::collections::BTreeMap::<&str, f64>::new();
-    for (t0, t1, name, _) in &spans {
-        *time.entry(name.as_str()).or_default() += t1 - t0;
-    }
-    let degraded: f64 = time.values().sum();
-    let mut parts = vec![format!("normal {:.1} s", plan.duration_s - degraded)];
-    parts.extend(time.iter().map(|(n, t)| format!("{n} {t:.1} s")));
-    let transitions = m.events.iter().filter(|e| e.kind == EventKind::Mode).count();
-    let rejected = |c: Class| m.phases.iter().filter(|r| r.class == c).map(|r| r.rejected).sum::<u64>();
-    Some(Verdict {
-        name: "degradation".into(),
-        ok: true,
-        detail: format!(
-            "time in mode: {}; {transitions} transitions; rejected sessions: Premium {}, Freemium {}",
-            parts.join(", "),
-            rejected(Class::P),
-            rejected(Class::F)
-        ),
-    })
 }
 
 /// The run validity checks (design.md §4, [`validity::judge`]) as

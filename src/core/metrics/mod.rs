@@ -29,6 +29,8 @@ struct ClassAgg {
     /// Of `aborted`, sessions that ended on a connect or query time-out.
     timeouts: u64,
     rejected: u64,
+    /// Of `rejected`, for a full queue.
+    rejected_full: u64,
     queued_ms: Histogram<u64>,
     /// Waits of the logins that completed in the phase, ms.
     login_ms: Histogram<u64>,
@@ -54,6 +56,7 @@ impl ClassAgg {
             aborted: 0,
             timeouts: 0,
             rejected: 0,
+            rejected_full: 0,
             queued_ms: h(),
             login_ms: h(),
             gave_up_max_ms: None,
@@ -333,6 +336,7 @@ impl Collector {
         record(&mut agg.queued_ms, (waited_s.max(0.0) * 1000.0).round() as u64);
         if let Some(reason) = rejected {
             agg.rejected += 1;
+            agg.rejected_full += u64::from(reason == crate::core::admission::REJECT_FULL);
             let sec = self.second(t_s);
             self.seconds[sec][c].wanting += 1;
             *self.rejections.entry((class, reason.to_string())).or_default() += 1;
@@ -592,6 +596,7 @@ impl Collector {
                     login_p99_ms: pct(&a.login_ms, 0.99, 1.0),
                     login_max_ms: login_max_ms(a),
                     logins_waiting: a.waiting_at_end.map_or(0, |w| w.0),
+                    rejected_full: a.rejected_full,
                 });
             }
         }

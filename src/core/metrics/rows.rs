@@ -174,6 +174,11 @@ pub struct PhaseRow {
     /// Logins begun and still waiting when the phase ended.
     #[serde(default)]
     pub logins_waiting: u64,
+    /// Of `rejected`, the sessions refused because the admission queue
+    /// was full (the rest reached the queue deadline); absent before
+    /// summary.json version 3.
+    #[serde(default)]
+    pub rejected_full: u64,
 }
 
 /// A row of timeseries.csv.

@@ -10,11 +10,8 @@ use super::super::model::{Class, Role};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Room {
     /// Per role `(P, M, F)`: the most sessions of the `counted` classes a
-    /// replica of that role may hold (`None`: no limit). A replica that
-    /// holds sessions of a `shared_by` class takes Mixed's.
+    /// replica of that role may hold (`None`: no limit).
     pub max: [Option<u32>; 3],
-    /// The classes `[P, F]` whose sessions make any replica shared.
-    pub shared_by: [bool; 2],
     /// The classes `[P, F]` whose sessions count against `max`.
     pub counted: [bool; 2],
     /// Least-loaded choices weigh only the `counted` classes' sessions (a
@@ -28,8 +25,6 @@ impl Room {
     /// Whether a replica of `role` holding `active` sessions `[P, F]` may
     /// take one more.
     pub fn fits(&self, role: Role, active: [u32; 2]) -> bool {
-        let shared = Class::ALL.iter().any(|c| self.shared_by[c.idx()] && active[c.idx()] > 0);
-        let role = if shared { Role::M } else { role };
         self.max[role.idx()].is_none_or(|m| self.held(active) < m)
     }
 
@@ -45,18 +40,10 @@ mod tests {
 
     #[test]
     fn counts_only_the_counted_classes_against_the_role_limit() {
-        let room =
-            Room { max: [Some(2), Some(2), None], shared_by: [false; 2], counted: [true, false], weigh_counted: false };
+        let room = Room { max: [Some(2), Some(2), None], counted: [true, false], weigh_counted: false };
         assert!(room.fits(Role::P, [1, 50]), "Freemium sessions do not count");
         assert!(!room.fits(Role::M, [2, 0]));
         assert!(room.fits(Role::F, [500, 500]), "no limit on F");
-        let room = Room {
-            max: [Some(2), Some(2), None],
-            shared_by: [true, false],
-            counted: [false, true],
-            weigh_counted: false,
-        };
-        assert!(room.fits(Role::F, [0, 500]), "no limit on F");
-        assert!(!room.fits(Role::F, [1, 2]), "an F replica holding Premium sessions is shared");
+        assert_eq!(room.held([3, 9]), 3);
     }
 }

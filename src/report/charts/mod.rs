@@ -372,6 +372,7 @@ pub fn goodput(series: &[SeriesRow], frame: &Frame) -> Result<String, ChartError
         let mut chart = builder(&plot).build_cartesian_2d(0.0..frame.t_end, 0.0..ymax)?;
         mesh(&mut chart, "goodput (queries/s)")?;
         shade(&mut chart, frame, (0.0, ymax))?;
+        draw_modes(&mut chart, frame, (0.0, ymax))?;
         let mut entries = Vec::new();
         for class in Class::ALL {
             let pts: Vec<(f64, f64)> =
@@ -383,6 +384,9 @@ pub fn goodput(series: &[SeriesRow], frame: &Frame) -> Result<String, ChartError
         }
         entries.push((Swatch::Faint(INK), "per second".to_string()));
         entries.extend(window_entries(frame));
+        if !frame.modes.is_empty() {
+            entries.push((Swatch::Fill(MODE, 0.14), "degraded mode (darker = worse)".to_string()));
+        }
         legend(&side, &entries)
     })
 }
@@ -441,6 +445,23 @@ pub fn mode_spans(events: &[crate::core::metrics::EventRow], t_end: f64) -> Vec<
     spans
 }
 
+/// Shades each degraded mode's span, darker the worse, with its name.
+fn draw_modes<Y: Ranged<ValueType = f64>>(
+    chart: &mut TimeChart<'_, '_, Y>,
+    frame: &Frame,
+    ys: (f64, f64),
+) -> Result<(), DrawErr> {
+    for (start, end, name, level) in &frame.modes {
+        let area =
+            Rectangle::new([(*start, ys.0), (end.min(frame.t_end), ys.1)], MODE.mix(0.07 * *level as f64).filled());
+        chart.draw_series(std::iter::once(area))?;
+        let style = text_style(11, MODE, HPos::Left, VPos::Bottom);
+        chart
+            .draw_series(std::iter::once(EmptyElement::at((*start, ys.0)) + Text::new(name.clone(), (4, -4), style)))?;
+    }
+    Ok(())
+}
+
 fn p95_lines<Y>(
     chart: &mut TimeChart<'_, '_, Y>,
     series: &[SeriesRow],
@@ -453,14 +474,7 @@ where
 {
     mesh(chart, y_desc)?;
     shade(chart, frame, ys)?;
-    for (start, end, name, level) in &frame.modes {
-        let area =
-            Rectangle::new([(*start, ys.0), (end.min(frame.t_end), ys.1)], MODE.mix(0.07 * *level as f64).filled());
-        chart.draw_series(std::iter::once(area))?;
-        let style = text_style(11, MODE, HPos::Left, VPos::Bottom);
-        chart
-            .draw_series(std::iter::once(EmptyElement::at((*start, ys.0)) + Text::new(name.clone(), (4, -4), style)))?;
-    }
+    draw_modes(chart, frame, ys)?;
     for class in Class::ALL {
         let pts = class_series(series, class).into_iter().map(|r| (r.t_s as f64 + 0.5, r.p95_ms.filter(|v| *v > 0.0)));
         draw_runs(chart, &runs(pts), class_colour(class).stroke_width(2))?;

@@ -67,6 +67,8 @@ struct Page {
     detector: Option<crate::core::recovery::Suspicions>,
     accounting: Vec<AccountView>,
     verdicts: Vec<Verdict>,
+    /// `--admission modes`: time in each mode, signals, rejections.
+    modes: Option<crate::report::summary::ModesReport>,
 }
 
 #[derive(Serialize)]
@@ -290,6 +292,7 @@ impl Page {
             detector: s.detector.clone(),
             accounting: accounting(&s.accounting, phases),
             verdicts: s.verdicts.clone(),
+            modes: s.modes.clone(),
         })
     }
 }

@@ -40,6 +40,7 @@ fn phase_row(name: &str, start_s: f64, end_s: f64, survivors: usize, class: Clas
         login_p99_ms: Some(15.0 / hurt),
         login_max_ms: Some(40.0 / hurt),
         logins_waiting: if survivors < 5 { 3 } else { 1 },
+        rejected_full: 0,
     }
 }
 
@@ -216,6 +217,24 @@ fn synthetic(partial: bool, workload: &str) -> (Summary, RunMetrics) {
         generator: None,
         tier: None,
         proxy_tier: None,
+        modes: Some(crate::report::summary::ModesReport {
+            time_in_mode_s: vec![
+                ("normal".into(), 120.0),
+                ("cautious".into(), 0.0),
+                ("restricted".into(), 0.0),
+                ("survival".into(), 180.0),
+            ],
+            transitions: 2,
+            thresholds: crate::core::degradation::Thresholds::preset(crate::core::degradation::Preset::Default),
+            signals: vec![("wait".into(), "Premium's least query latency".into())],
+            statement_slots: 4,
+            replica_sessions: 200,
+            saturation: 1.0,
+            service_ms: 1.14,
+            service_from: "the workload's mean Premium query CPU cost".into(),
+            rejections: vec![("down1".into(), Class::F, "queue deadline".into(), 543)],
+            books: None,
+        }),
     };
     (summary, metrics)
 }
@@ -223,6 +242,15 @@ fn synthetic(partial: bool, workload: &str) -> (Summary, RunMetrics) {
 fn page(partial: bool) -> String {
     let (s, m) = synthetic(partial, "tpch-small");
     render(&s, &m).unwrap()
+}
+
+#[test]
+fn page_shows_the_time_in_each_mode_and_the_rejections_by_phase_and_reason() {
+    let html = page(false);
+    let section = &html[html.find("id=\"modes\"").expect("a modes section")..];
+    for text in ["survival", "180.0", "queue deadline", "543", "1.14 ms"] {
+        assert!(section.contains(text), "missing {text}");
+    }
 }
 
 #[test]
