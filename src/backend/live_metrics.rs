@@ -352,7 +352,9 @@ mod tests {
         let mut gate = Gate::new(knobs, 1.0, sizing);
         router.admit(Class::P);
         gate.observe(1.0, Load { cpu_pct: Some(99.0), ..Default::default() });
-        for client in 0..3 {
+        // Freemium: one on Mixed, one on the Premium replica (one each at
+        // Survival's share), one queued, the fourth refused.
+        for client in 0..4 {
             gate.request(&mut router, client, Class::F, 1.0);
         }
         let mut m = LiveMetrics::new();

@@ -769,12 +769,16 @@ mod tests {
     #[test]
     fn a_queued_session_starts_when_another_ends_and_an_expired_one_is_rejected() {
         let mut c = gated();
-        assert!(matches!(c.request(0, Class::P, 0.0), Admission::Route(_)));
-        assert!(matches!(c.request(1, Class::P, 0.0), Admission::Route(_)));
-        assert_eq!(c.request(2, Class::F, 1.0), Admission::Queued { deadline_s: 3.0 }, "one per replica");
+        assert!(matches!(c.request(0, Class::F, 0.0), Admission::Route(_)));
+        assert!(matches!(c.request(1, Class::F, 0.0), Admission::Route(_)));
+        assert_eq!(
+            c.request(2, Class::F, 1.0),
+            Admission::Queued { deadline_s: 3.0 },
+            "one Freemium session per replica"
+        );
         assert_eq!(c.request(3, Class::F, 1.5), Admission::Queued { deadline_s: 3.5 });
         assert_eq!(c.waiting(), Some([0, 2]));
-        let started = c.session_ended(ReplicaId(0), Class::P, 2.0);
+        let started = c.session_ended(ReplicaId(0), Class::F, 2.0);
         assert_eq!(started, [Admitted { client: 2, class: Class::F, replica: ReplicaId(0) }], "queue order");
         assert!(c.expire_waiting(3.4).is_empty());
         let gone = c.expire_waiting(3.5);
@@ -790,8 +794,8 @@ mod tests {
         assert_eq!(
             books,
             [
-                adm(Class::P, 0.0, 0.0, false, None),
-                adm(Class::P, 0.0, 0.0, false, None),
+                adm(Class::F, 0.0, 0.0, false, None),
+                adm(Class::F, 0.0, 0.0, false, None),
                 ControlEvent::Queued(Class::F),
                 ControlEvent::Queued(Class::F),
                 adm(Class::F, 2.0, 1.0, true, None),

@@ -248,8 +248,9 @@ proptest! {
 
     /// Premium is rejected only while every Freemium request for the
     /// capacity it could have had is rejected: no Freemium session was
-    /// admitted to a replica Premium is served by during a rejected
-    /// Premium session's wait, under every strategy.
+    /// admitted to a replica of a role Premium is served by (its own or
+    /// Mixed) during a rejected Premium session's wait, under every
+    /// strategy.
     #[test]
     fn premium_is_rejected_only_while_every_freemium_request_is(
         ops in proptest::collection::vec(op(), 1..300),
@@ -296,7 +297,7 @@ proptest! {
                 Op::Drain => admitted.extend(g.drain(&mut r).into_iter().map(|(w, x)| (x, w.class))),
             }
             for (x, class) in admitted {
-                if class == Class::F && g.serves_top(Place { role: r.role(x), active: r.active(x) }) {
+                if class == Class::F && g.serves_top(at(r.role(x))) {
                     freemium_admitted.push(t);
                 }
                 on.push((x, class));
