@@ -50,7 +50,7 @@ fn sim_run_writes_every_file_and_is_reproducible() {
     let header = String::from_utf8(read(&a)).unwrap().lines().next().unwrap().to_string();
     assert_eq!(
         header,
-        "phase,start_s,end_s,survivors,class,completed,goodput_qps,retention,p50_ms,p95_ms,p99_ms,inflation_p95,sessions_ended,lifetime_mean_s,lifetime_p95_s,errors,aborted_sessions,cpu_mean,cpu_cv,rejected,queued_ms_p95,login_p50_ms,login_p95_ms,login_p99_ms,login_max_ms,logins_waiting"
+        "phase,start_s,end_s,survivors,class,completed,goodput_qps,retention,p50_ms,p95_ms,p99_ms,inflation_p95,sessions_ended,lifetime_mean_s,lifetime_p95_s,errors,aborted_sessions,cpu_mean,cpu_cv,rejected,queued_ms_p95,login_p50_ms,login_p95_ms,login_p99_ms,login_max_ms,logins_waiting,rejected_full"
     );
     let events = std::fs::read_to_string(a.join("events.csv")).unwrap();
     assert!(events.contains("fault,r1,Down") && events.contains("detect,r1,down"), "{events}");
@@ -74,7 +74,7 @@ fn format_json_prints_one_object_for_scripts() {
     assert_eq!(v["out"], dir.to_str().unwrap());
     assert_eq!(v["report"], dir.join("report.html").to_str().unwrap());
     assert_eq!(v["summary"], summary_of(&dir), "the summary is summary.json's");
-    assert_eq!(v["summary"]["schema_version"], 2);
+    assert_eq!(v["summary"]["schema_version"], 3);
     let failed: Vec<&str> = v["failed_checks"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
     assert!(failed.contains(&"phase length"), "{failed:?}");
     assert!(!text(&out.stdout).contains("goodput_qps  retention"), "no text table");
