@@ -321,13 +321,13 @@ pub(super) async fn session(
 }
 
 /// Waits until the admission gate lets a statement of `class` run on `r`
-/// (at once without a gate, through a proxy, or when nothing is held),
+/// (at once, with no lock taken, without a gate or through a proxy),
 /// asking again when a statement there ends, when the mode changes and
 /// at least once a second, so a hold that lasts is seen in every window
 /// of the gate's signals. `false`: the run stopped meanwhile. The wait is
 /// part of the query's latency, which runs from its intended send.
 async fn statement(ctx: &Ctx, class: Class, r: ReplicaId) -> bool {
-    if !ctx.routes() {
+    if !ctx.gated {
         return true;
     }
     let mut stop = ctx.stop.clone();

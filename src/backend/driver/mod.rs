@@ -253,6 +253,9 @@ struct Ctx {
     /// holds wait here (`client::statement`): woken one at a time as a
     /// statement there ends, all at once when the mode changes.
     held: Vec<tokio::sync::Notify>,
+    /// The run routes through an admission gate (`--admission modes`,
+    /// not through a proxy): its statements ask the gate first.
+    gated: bool,
 }
 
 impl Ctx {
@@ -391,6 +394,7 @@ pub async fn run(input: DriverInput, cluster: Arc<Mutex<Cluster>>, collector: Co
     let start = input.start.map_or_else(Instant::now, Instant::from_std);
     let started_unix_s = unix_now() - start.elapsed().as_secs_f64();
     let ctx = Arc::new(Ctx {
+        gated: gated && proxy.is_none(),
         start,
         workload: input.workload.clone(),
         control: Mutex::new(Control::new(input.control)),
