@@ -366,6 +366,16 @@ impl Router {
         self.replicas.iter().any(|r| r.open(class) && (self.cfg.strategy != Strategy::RrSplit || r.role == want))
     }
 
+    /// The sessions a least-loaded comparison weighs on `rep`: all of
+    /// them, or under a gate's [`Room::weigh_counted`] only the counted
+    /// classes' (the same weight the choice itself used).
+    fn weighed(&self, rep: &Replica) -> u32 {
+        match self.room.filter(|room| room.weigh_counted) {
+            Some(room) => room.held(rep.active),
+            None => rep.load(),
+        }
+    }
+
     /// Whether `rep` has room for one more session in the choice under way.
     fn fits(&self, rep: &Replica) -> bool {
         self.room.is_none_or(|room| room.fits(rep.role, rep.active))
@@ -682,8 +692,8 @@ impl Router {
         let (own, other) = (Role::of(class), Role::of(class.other()));
         let unborrowed = self.count(other, true);
         let best = self.least_loaded(class, &[other], |r| r.home.is_none())?;
-        let own_best = self.least_loaded(class, &[own], |_| true).map(|r| self.replicas[r.idx()].load());
-        let less_loaded = own_best.is_none_or(|l| self.replicas[best.idx()].load() < l);
+        let own_best = self.least_loaded(class, &[own], |_| true).map(|r| self.weighed(&self.replicas[r.idx()]));
+        let less_loaded = own_best.is_none_or(|l| self.weighed(&self.replicas[best.idx()]) < l);
         (unborrowed >= 2 && less_loaded).then_some(best)
     }
 
