@@ -291,7 +291,7 @@ impl Sim<'_, '_> {
         // `--admission modes`: this second's load may change the mode, and
         // the new mode may let waiting sessions start.
         let cpu: Vec<Option<f64>> = samples.iter().map(|s| s.cpu_s).collect();
-        self.input.control.sample(now, &cpu);
+        self.input.control.sample(now, &cpu, None);
         let admitted = self.input.control.admit_waiting(now);
         self.start_admitted(admitted);
         // Held queries ask again once a second (and at once after a mode

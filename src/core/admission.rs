@@ -26,6 +26,7 @@
 use super::degradation::{implied_utilisation_pct, DegradationKnobs, Load, Manager, Mode, Priority, Transition};
 use super::model::{Class, ReplicaId, Role};
 use super::router::{Room, Router};
+use super::workload::Workload;
 use std::collections::VecDeque;
 
 /// Why a session was rejected.
@@ -78,6 +79,22 @@ pub struct Sizing {
     pub replica_sessions: u32,
     /// The top class's query service time, ms (the base of its wait signal).
     pub service_ms: f64,
+}
+
+impl Sizing {
+    /// The sizing `knobs` give a run of `clients` over `replicas` of
+    /// workload `w`: `replica_sessions` 0 is ceil(T / K), `service_ms` 0
+    /// the workload's mean top-class query cost; with whether that cost
+    /// was the workload's (`true`) or the knob's.
+    pub fn of(knobs: &DegradationKnobs, w: &Workload, clients: u32, replicas: usize) -> (Sizing, bool) {
+        let replica_sessions = match knobs.replica_sessions {
+            0 => clients.div_ceil(replicas as u32),
+            n => n,
+        };
+        let from_workload = knobs.service_ms <= 0.0;
+        let service_ms = if from_workload { w.mean_cpu_ms(knobs.top_class()) } else { knobs.service_ms };
+        (Sizing { replicas, replica_sessions, service_ms }, from_workload)
+    }
 }
 
 /// Admission gate: manager, queue, statements and counters.
@@ -166,6 +183,11 @@ impl Gate {
         self.knobs.priority(class) == self.top()
     }
 
+    /// Whether `role` is the top class's own role.
+    fn top_role(&self, role: Role) -> bool {
+        Class::ALL.iter().any(|&c| self.is_top(c) && Role::of(c) == role)
+    }
+
     /// Whether the top class uses a replica: one of its own role or Mixed
     /// (rr and lc hold every replica as Mixed), or, for statements, any
     /// that holds its sessions (a role repair leaves sessions pinned where
@@ -173,9 +195,9 @@ impl Gate {
     /// sessions pinned on a lower class's replica must not push that class
     /// onto the top class's replicas.
     pub fn serves_top(&self, at: Place) -> bool {
-        let top = |c: &Class| self.is_top(*c);
         at.role == Role::M
-            || Class::ALL.iter().filter(|c| top(c)).any(|&c| Role::of(c) == at.role || at.active[c.idx()] > 0)
+            || self.top_role(at.role)
+            || Class::ALL.iter().any(|&c| self.is_top(c) && at.active[c.idx()] > 0)
     }
 
     /// Which replicas' CPU is the top class's CPU signal: the healthy ones
@@ -183,9 +205,8 @@ impl Gate {
     /// (rr, lc), every healthy one: each is shared with the top class.
     /// A lower class's replica at its budget is the regime, not overload.
     pub fn own_replicas(&self, roles: &[Option<Role>]) -> Vec<bool> {
-        let own = |role: Role| Class::ALL.iter().any(|&c| self.is_top(c) && Role::of(c) == role);
-        let any = roles.iter().flatten().any(|&r| own(r));
-        roles.iter().map(|r| r.is_some_and(|r| !any || own(r))).collect()
+        let any = roles.iter().flatten().any(|&r| self.top_role(r));
+        roles.iter().map(|r| r.is_some_and(|r| !any || self.top_role(r))).collect()
     }
 
     /// The sessions a replica may hold for a lower class in the current
@@ -207,11 +228,16 @@ impl Gate {
     /// so a replica full of them is capacity for the top class (a role
     /// repair leaves a new Premium replica holding the Freemium sessions
     /// it had, and the top class would otherwise pile onto the other).
-    fn room(&self, class: Class) -> Room {
+    /// While a higher class waits (`yielding`), a lower one may start only
+    /// where the higher class is not served: it takes nothing the waiter
+    /// could have had (rr-split's Freemium partition, PLB's Freemium
+    /// replicas).
+    fn room(&self, class: Class, yielding: bool) -> Room {
         let whole = self.sizing.replica_sessions;
         let top = self.is_top(class);
         let max = Role::ALL.map(|role| match (top, self.serves_top(Place { role, active: [0; 2] })) {
             (true, _) => Some(whole),
+            (false, true) if yielding => Some(0),
             (false, true) => Some(self.replica_limit()),
             (false, false) => None,
         });
@@ -280,20 +306,11 @@ impl Gate {
     }
 
     /// Tries to start a session of `class` now, without queueing: on the
-    /// strategy's choice among the replicas with room; queued when the
-    /// router has replicas for it but none with room.
-    /// While a higher class waits (`yielding`), a lower one may start only
-    /// where the higher class is not served: it takes nothing the waiter
-    /// could have had (rr-split's Freemium partition, PLB's Freemium
-    /// replicas without Premium sessions).
+    /// strategy's choice among the replicas with room (see [`Self::room`]
+    /// for `yielding`); queued when the router has replicas for it but
+    /// none with room.
     fn try_start(&self, router: &mut Router, class: Class, yielding: bool) -> Decision {
-        let mut room = self.room(class);
-        if yielding {
-            for role in Role::ALL.into_iter().filter(|&role| self.serves_top(Place { role, active: [0; 2] })) {
-                room.max[role.idx()] = Some(0);
-            }
-        }
-        match router.admit_within(class, room) {
+        match router.admit_within(class, self.room(class, yielding)) {
             Some(r) => Decision::Admit(r),
             None if router.routable(class) => Decision::Queued,
             None => Decision::NoRoute,

@@ -193,8 +193,6 @@ pub struct Controller {
     events: Vec<ControlEvent>,
     /// A simulated tier of routers around the router, its leader.
     tier: Option<Tier>,
-    /// The highest replica memory reading since the last CPU sample.
-    memory_pct: Option<f64>,
 }
 
 impl Controller {
@@ -215,7 +213,6 @@ impl Controller {
             last_cpu: (0.0, vec![None; k]),
             events: Vec::new(),
             tier: None,
-            memory_pct: None,
         }
     }
 
@@ -521,10 +518,12 @@ impl Controller {
     /// A once-per-second reading of every replica's cumulative CPU seconds
     /// (`None` where it was not measured). The router is told each
     /// replica's utilisation since the last reading (PLB's `pressure`
-    /// borrowing reads it). With a gate, the mean utilisation of the
-    /// healthy replicas is its load; a mode change is logged and returned.
-    /// A reading with no CPU at all does not replace the last one.
-    pub fn sample(&mut self, now_s: f64, cpu_s: &[Option<f64>]) -> Option<Transition> {
+    /// borrowing reads it). With a gate, the mean utilisation of the top
+    /// class's own healthy replicas and `memory_pct` (the highest
+    /// replica's memory in use, percent, where the backend reads it) are
+    /// its load; a mode change is logged and returned. A reading with no
+    /// CPU at all does not replace the last one.
+    pub fn sample(&mut self, now_s: f64, cpu_s: &[Option<f64>], memory_pct: Option<f64>) -> Option<Transition> {
         let (t0, before) = &self.last_cpu;
         let dt_s = now_s - t0;
         let utilisation = super::admission::utilisation(before, cpu_s, dt_s, self.cpus);
@@ -533,25 +532,19 @@ impl Controller {
             self.router.observe_cpu(&utilisation);
             self.last_cpu = (now_s, cpu_s.to_vec());
         }
-        let roles = self.roles_now();
+        let roles = self.gate.is_some().then(|| self.roles_now())?;
         let gate = self.gate.as_mut()?;
-        let own = gate.own_replicas(&roles.iter().map(|&(up, role)| up.then_some(role)).collect::<Vec<_>>());
+        let own = gate.own_replicas(&roles);
         let cpu_pct = super::admission::cpu_pct(&utilisation, &own, gate.knobs().saturation);
-        let load = Load { cpu_pct, memory_pct: self.memory_pct.take(), ..Load::default() };
+        let load = Load { cpu_pct, memory_pct, ..Load::default() };
         let tr = gate.observe(now_s, load)?;
         self.push_log(now_s, EventKind::Mode, None, format!("{}->{}", tr.from, tr.to));
         Some(tr)
     }
 
-    /// Each replica's health and role in the router's view.
-    fn roles_now(&self) -> Vec<(bool, Role)> {
-        (0..self.replicas()).map(ReplicaId).map(|r| (self.router.is_healthy(r), self.router.role(r))).collect()
-    }
-
-    /// The highest replica memory utilisation, percent, since the last
-    /// CPU sample (the backend's cgroup reading; the simulator has none).
-    pub fn memory(&mut self, pct: f64) {
-        self.memory_pct = Some(self.memory_pct.map_or(pct, |m| m.max(pct)));
+    /// Each healthy replica's role in the router's view (`None`: unhealthy).
+    fn roles_now(&self) -> Vec<Option<Role>> {
+        (0..self.replicas()).map(ReplicaId).map(|r| self.router.is_healthy(r).then(|| self.router.role(r))).collect()
     }
 
     /// A query of `class` answered `ms` after it was meant to be sent (its
@@ -816,7 +809,7 @@ mod tests {
             (4.0, busy(3.0), Mode::Survival, 0),
         ];
         for (t, reading, mode, events) in steps {
-            let changed = c.sample(t, &reading);
+            let changed = c.sample(t, &reading, None);
             assert_eq!((c.mode(), changed.is_some()), (Some(mode), events == 1), "t {t}");
             let logged = logs(&mut c);
             assert_eq!(logged.len(), events, "t {t}");

@@ -216,6 +216,16 @@ impl DegradationKnobs {
         t
     }
 
+    /// The class the modes protect: the one of higher priority (Premium
+    /// on a tie).
+    pub fn top_class(&self) -> Class {
+        if self.premium >= self.freemium {
+            Class::P
+        } else {
+            Class::F
+        }
+    }
+
     /// A class's priority.
     pub fn priority(&self, class: Class) -> Priority {
         match class {

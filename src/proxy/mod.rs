@@ -636,10 +636,7 @@ async fn sample_cpu(shared: Arc<Shared>, cluster: Arc<Mutex<Cluster>>) {
         let Ok((cpu, memory)) = tokio::task::spawn_blocking(read).await else {
             continue;
         };
-        shared.control(|ctl, now| {
-            memory.into_iter().for_each(|m| ctl.c.memory(m));
-            ctl.c.sample(now, &cpu)
-        });
+        shared.control(|ctl, now| ctl.c.sample(now, &cpu, memory));
     }
 }
 

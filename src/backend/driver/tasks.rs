@@ -189,10 +189,7 @@ pub(super) async fn sample(ctx: Arc<Ctx>, cluster: Arc<Mutex<Cluster>>, bar: ind
         generator_sample(&ctx, &snap);
         let cpu: Vec<Option<f64>> = snap.iter().map(|s| s.cpu_s).collect();
         let memory = cluster.try_lock().ok().and_then(|c| c.memory_pct());
-        let changed = ctx.control(|ctl, _| {
-            memory.into_iter().for_each(|m| ctl.c.memory(m));
-            ctl.c.sample(now, &cpu)
-        });
+        let changed = ctx.control(|ctl, _| ctl.c.sample(now, &cpu, memory));
         if changed.is_some() {
             // A new mode: every held statement asks again.
             ctx.held.iter().for_each(tokio::sync::Notify::notify_waiters);

@@ -3,6 +3,7 @@
 //! threshold comes from, the rejections per phase, class and reason.
 
 use super::plan::Plan;
+use crate::core::admission::Sizing;
 use crate::core::degradation::{Mode, ModeBooks};
 use crate::core::metrics::RunMetrics;
 use crate::core::model::{Class, EventKind};
@@ -22,17 +23,11 @@ pub fn report(plan: &Plan, m: &RunMetrics, books: Option<ModeBooks>) -> Option<M
         time[*level] += t1 - t0;
     }
     time[0] = (plan.duration_s - time[1..].iter().sum::<f64>()).max(0.0);
-    let top = if d.premium >= d.freemium { Class::P } else { Class::F };
-    let (service_ms, service_from) = match d.service_ms {
-        0.0 => (
-            plan.workload.mean_cpu_ms(top),
-            format!("the workload's mean {} query CPU cost, as calibrated", top.long()),
-        ),
-        v => (v, "[degradation] service_ms".to_string()),
-    };
-    let per_replica = match d.replica_sessions {
-        0 => plan.clients.div_ceil(plan.router.replicas as u32),
-        n => n,
+    let top = d.top_class();
+    let (sizing, from_workload) = Sizing::of(d, &plan.workload, plan.clients, plan.router.replicas);
+    let service_from = match from_workload {
+        true => format!("the workload's mean {} query CPU cost, as calibrated", top.long()),
+        false => "[degradation] service_ms".to_string(),
     };
     let rejections = m
         .phases
@@ -57,9 +52,9 @@ pub fn report(plan: &Plan, m: &RunMetrics, books: Option<ModeBooks>) -> Option<M
         thresholds: d.thresholds(plan.time_scale),
         signals: signals(top),
         statement_slots: d.statement_slots,
-        replica_sessions: per_replica,
+        replica_sessions: sizing.replica_sessions,
         saturation: d.saturation,
-        service_ms: (service_ms * 1000.0).round() / 1000.0,
+        service_ms: (sizing.service_ms * 1000.0).round() / 1000.0,
         service_from,
         rejections,
         books: books.map(|b| ModeBooks {

@@ -9,7 +9,7 @@ use super::args::{CommonArgs, ExternalArgs, RunArgs};
 use crate::cluster::external::DatasetStep;
 use crate::core::admission::{Gate, Sizing};
 use crate::core::faults::{self, Timeline};
-use crate::core::model::{Action, Class, FaultEvent};
+use crate::core::model::{Action, FaultEvent};
 use crate::core::phases::{self, Phase};
 use crate::core::proxy_tier::{self, ProxyFault};
 use crate::core::roles::RoleVector;
@@ -768,15 +768,8 @@ fn watch(w: &Workload, detection: Detection, k: usize, recovery: Recovery, time_
 
 /// The admission gate of `--admission modes`, if any.
 fn gate(w: &Workload, admission: Admission, clients: u32, replicas: usize, time_scale: f64) -> Option<Gate> {
-    let d = &w.degradation;
-    let per_replica = match d.replica_sessions {
-        0 => clients.div_ceil(replicas as u32),
-        n => n,
-    };
-    let top = if d.premium >= d.freemium { Class::P } else { Class::F };
-    let service_ms = if d.service_ms > 0.0 { d.service_ms } else { w.mean_cpu_ms(top) };
-    let sizing = Sizing { replicas, replica_sessions: per_replica, service_ms };
-    (admission == Admission::Modes).then(|| Gate::new(d.clone(), time_scale, sizing))
+    let (sizing, _) = Sizing::of(&w.degradation, w, clients, replicas);
+    (admission == Admission::Modes).then(|| Gate::new(w.degradation.clone(), time_scale, sizing))
 }
 
 /// The local backend has no network of its own to cut: a schedule that
