@@ -3,9 +3,12 @@
 experiment ... --admissions none,modes` folders (issue 64's bars).
 
 For each experiment folder given, every (fault, mix, strategy, phase) cell
-is paired with its `+modes` twin; the ratios are of medians across the
-repeats. Prints a markdown table and a last line that counts the cells
-that miss a bar:
+is paired with its `+modes` twin; the bars are judged on the ratio of
+the medians across the repeats. Beside it, the median and interquartile
+range of the per-repeat ratios (repeat k of both twins runs the same
+seed, so the same client schedule, at neighbouring times: pairing
+cancels the drift of a noisy machine between repeats). Prints a markdown
+table and a last line that counts the cells that miss a bar:
 - Premium goodput with modes >= 0.97x without in every phase (>= 1.0x in
   down2); baseline p95 <= 1.5x;
 - every run with modes passed the checks its twin without modes passed
@@ -21,6 +24,16 @@ import pathlib
 import sys
 
 BARS = {"goodput": 0.97, "goodput_down2": 1.0, "baseline_p95": 1.5}
+
+
+def quantile(xs, q):
+    """Type 7 (linear between order statistics), as plbbench's own."""
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    h = (len(xs) - 1) * q
+    lo = int(h)
+    return xs[lo] + (h - lo) * (xs[min(lo + 1, len(xs) - 1)] - xs[lo])
 
 
 def median(xs):
@@ -43,12 +56,16 @@ def cells(folder):
         with open(run / "phases.csv") as fh:
             for r in csv.DictReader(fh):
                 key = (fault, f"{p}:{f}", strategy, r["phase"], r["class"])
-                d = values.setdefault(key, {}).setdefault(adm or "none", {"goodput_qps": [], "p95_ms": []})
-                d["goodput_qps"].append(float(r["goodput_qps"]))
-                d["p95_ms"].append(float(r["p95_ms"] or "nan"))
-    return {
-        k: {a: {f"{m}_median": median(v) for m, v in d.items()} for a, d in adm.items()} for k, adm in values.items()
-    }
+                d = values.setdefault(key, {}).setdefault(adm or "none", {"goodput_qps": {}, "p95_ms": {}})
+                d["goodput_qps"][run.name.rsplit("-r", 1)[1]] = float(r["goodput_qps"])
+                d["p95_ms"][run.name.rsplit("-r", 1)[1]] = float(r["p95_ms"] or "nan")
+    out = {}
+    for k, adm in values.items():
+        out[k] = {a: {f"{m}_median": median(list(v.values())) for m, v in d.items()} for a, d in adm.items()}
+        if "none" in adm and "modes" in adm:
+            n, m = adm["none"]["goodput_qps"], adm["modes"]["goodput_qps"]
+            out[k]["paired"] = [m[r] / n[r] for r in sorted(n) if r in m and n[r] > 0]
+    return out
 
 
 def failed(run):
@@ -73,13 +90,16 @@ def runs_ok(folder):
 
 def main(dirs):
     misses = 0
-    print("| T | fault | mix | strategy | phase | P goodput none | modes | x | P p95 none ms | modes ms | F goodput x |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| T | fault | mix | strategy | phase | P goodput none | modes | x | paired x (IQR) "
+        "| P p95 none ms | modes ms | F goodput x |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for d in map(pathlib.Path, dirs):
         t = json.loads((d / "experiment.json").read_text()).get("settings", {}).get("clients", "?")
         rows = cells(d)
         for (fault, mix, strategy, phase, cls), pair in sorted(rows.items()):
-            if cls != "P" or "none" not in pair or "modes" not in pair or phase == "warmup":
+            if cls != "P" or "paired" not in pair or phase == "warmup":
                 continue
             n, m = pair["none"], pair["modes"]
             gx = float(m["goodput_qps_median"]) / float(n["goodput_qps_median"])
@@ -91,9 +111,11 @@ def main(dirs):
                 miss = True
             misses += miss
             mark = " **miss**" if miss else ""
+            pr = pair.get("paired", [])
+            paired = f"{median(pr):.2f} ({quantile(pr, 0.25):.2f}-{quantile(pr, 0.75):.2f})" if pr else ""
             print(
                 f"| {t} | {fault} | {mix} | {strategy} | {phase} | {float(n['goodput_qps_median']):.1f} | "
-                f"{float(m['goodput_qps_median']):.1f} | {gx:.2f}{mark} | {float(n['p95_ms_median']):.1f} | "
+                f"{float(m['goodput_qps_median']):.1f} | {gx:.2f}{mark} | {paired} | {float(n['p95_ms_median']):.1f} | "
                 f"{float(m['p95_ms_median']):.1f} | {fx:.2f} |"
             )
         bad, regime = runs_ok(d)

@@ -15,18 +15,31 @@
 # 0.4, r2 at 0.5, r1 back at 0.7, r2 at 0.8. Prints per strategy, phase and
 # class the transactions per second, p50 and p95 (ms) from pgbench's
 # per-transaction logs, the skipped transactions and the aborted clients.
+# ADMISSIONS runs each strategy once per `--admission` mode of the proxy
+# (issue 64's check: "none modes" at LOAD 2.0). FREEMIUM "kept" gives the
+# Freemium clients one session each for the whole run (no -C), so only the
+# gate's statement holds, not its session gate, can shed them. Their
+# transaction is then one CPU-bound statement (`SELECT count(*) FROM
+# generate_series(1, 20000)`, about 2 ms of a core: a light -S on kept
+# sessions saturates pgbench and the proxy on a 2-core machine long before
+# the replicas), at LOAD of the cluster's capacity for it (one replica's
+# closed-loop `-c 4`, times five), by the same principle as Premium's.
 #
 # Usage: scripts/proxy-cascade.sh [STRATEGIES ("plb rr")] [SECONDS (120)] [LOAD (0.5)] [PREMIUM_PCT (25)]
+#                                 [ADMISSIONS ("none")] [FREEMIUM ("new" | "kept")]
 # Run as root (the local cluster needs it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+name=proxy-cascade
+die() { printf '%s: error: %s\n' "$name" "$*" >&2; exit 1; }
+log() { printf '%s: %s\n' "$name" "$*" >&2; }
 strategies=${1:-plb rr}
 secs=${2:-120}
 load=${3:-0.5}
 pct=${4:-25}
-name=proxy-cascade
-die() { printf '%s: error: %s\n' "$name" "$*" >&2; exit 1; }
-log() { printf '%s: %s\n' "$name" "$*" >&2; }
+admissions=${5:-none}
+freemium=${6:-new}
+case $freemium in new) f_connect=(-C) ;; kept) f_connect=() ;; *) die "FREEMIUM must be new or kept, not $freemium" ;; esac
 command -v pgbench >/dev/null || die "pgbench not found: run scripts/install-postgres.sh"
 
 cargo build --release --locked -q
@@ -57,6 +70,15 @@ capacity=$(pgbench -n -C -S -c 4 -j 1 -T 10 -p "${ports[2]}" 2>/dev/null \
 total=$(echo "$load * 5 * $capacity" | bc -l)
 rate_p=$(printf '%.1f' "$(echo "$total * $pct / 100" | bc -l)")
 rate_f=$(printf '%.1f' "$(echo "$total * (100 - $pct) / 100" | bc -l)")
+f_work=(-S)
+if [[ $freemium == kept ]]; then
+    echo 'SELECT count(*) FROM generate_series(1, 20000);' >"$work/heavy.sql"
+    f_work=(-f "$work/heavy.sql")
+    kept_cap=$(pgbench -n "${f_work[@]}" -c 4 -j 1 -T 10 -p "${ports[2]}" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1)
+    [[ -n $kept_cap ]] || die "the kept-session capacity measurement printed no tps"
+    rate_f=$(printf '%.1f' "$(echo "$load * 5 * $kept_cap * (100 - $pct) / 100" | bc -l)")
+    log "one replica: $kept_cap tps closed loop on kept sessions (Freemium's kind)"
+fi
 log "one replica: $capacity tps closed loop (new session per transaction); offered: $rate_p Premium + $rate_f Freemium tps (load $load)"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 printf 'drain_s = 2\n[class]\nparam = "application_name"\npremium_prefix = "premium"\n' >"$work/proxy.toml"
@@ -64,17 +86,20 @@ printf 'drain_s = 2\n[class]\nparam = "application_name"\npremium_prefix = "prem
 at() { sleep "$(echo "$1 * $secs - ($(date +%s.%N) - $t0)" | bc -l | sed 's/^-.*/0/')"; }
 echo "| strategy | phase | class | tps | p50 ms | p95 ms | skipped | aborted clients |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
-for s in $strategies; do
+for sa in $(for s in $strategies; do for a in $admissions; do echo "$s+$a"; done; done); do
+    s=${sa%+*} a=${sa#*+}
+    [[ $a == none ]] || s=$sa
     pport=$(free_port)
-    "$bin" proxy --config "$work/proxy.toml" --listen "127.0.0.1:$pport" --strategy "$s" --T 24 \
+    "$bin" proxy --config "$work/proxy.toml" --listen "127.0.0.1:$pport" --strategy "${sa%+*}" --admission "$a" --T 24 \
         --mix "$pct:$((100 - pct))" >"$work/$s.proxy.out" 2>"$work/$s.proxy.err" &
     proxy_pid=$!
     for _ in $(seq 100); do pgbench -n -S -t 1 -p "$pport" >/dev/null 2>&1 && break; sleep 0.2; done
     t0=$(date +%s.%N)
-    common=(-n -S -C -j 1 -T "$secs" --latency-limit 2000 -p "$pport" -l)
-    PGAPPNAME=premium-cascade pgbench "${common[@]}" -c 8 -R "$rate_p" --log-prefix="$work/$s-P" >"$work/$s-P.out" 2>&1 &
+    common=(-n -j 1 -T "$secs" --latency-limit 2000 -p "$pport" -l)
+    PGAPPNAME=premium-cascade pgbench "${common[@]}" -S -C -c 8 -R "$rate_p" --log-prefix="$work/$s-P" >"$work/$s-P.out" 2>&1 &
     pp=$!
-    PGAPPNAME=free-cascade pgbench "${common[@]}" -c 16 -R "$rate_f" --log-prefix="$work/$s-F" >"$work/$s-F.out" 2>&1 &
+    PGAPPNAME=free-cascade pgbench "${common[@]}" "${f_work[@]}" "${f_connect[@]}" -c 16 -R "$rate_f" \
+        --log-prefix="$work/$s-F" >"$work/$s-F.out" 2>&1 &
     pf=$!
     at 0.4; "$bin" cluster fault down r1 >/dev/null 2>&1
     at 0.5; "$bin" cluster fault down r2 >/dev/null 2>&1
@@ -101,5 +126,6 @@ for s in $strategies; do
         done
     done
     grep -E 'event' "$work/$s.proxy.err" | sed "s/^/$s: /" >&2 || true
+    log "$s: 1-min load average $(cut -d ' ' -f 1 /proc/loadavg)"
 done
 log "1-min load average now: $(cut -d ' ' -f 1 /proc/loadavg)"

@@ -16,7 +16,13 @@ use std::collections::BTreeMap;
 use std::io::BufReader;
 use std::path::PathBuf;
 use std::process::Child;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// The two tests each run a cluster and three members: one at a time, so
+/// that neither's timings are the other's load.
+static SERIAL: Mutex<()> = Mutex::new(());
 
 /// One member: `plbbench proxy --tier t1 --peer-id N`, trust on loopback,
 /// killed on drop.
@@ -167,6 +173,7 @@ fn a_tier_of_three_proxies() {
     if !have_postgres() {
         return;
     }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = Cluster::up();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let a = Member::start(&c, 1, &[]);
@@ -281,4 +288,179 @@ fn refusals(c: &Cluster) {
     refused(&nowhere, "--tier", "tier t1: no reachable cluster");
     refused(&["--peer-id", "0"], "--peer-id", "must be 1 to 127");
     refused(&["--peer-id", "3", "--admission", "modes"], "--admission", "--admission none");
+}
+
+/// The tier's lease (`[tier] lease_ms`, 5000 by default) and round
+/// (`retry_ms`, 500).
+const LEASE: Duration = Duration::from_millis(5000);
+const RETRY: Duration = Duration::from_millis(500);
+
+/// pgbench through `m` as `app`: a new session per transaction (-C),
+/// `SELECT 1` at 20 a second for `secs` seconds.
+fn pgbench(c: &Cluster, m: &Member, app: &str, secs: u64) -> Child {
+    let script = c.root.join("select1.sql");
+    std::fs::write(&script, "SELECT 1;\n").unwrap();
+    std::process::Command::new("pgbench")
+        .args(["-n", "-C", "-c", "2", "-R", "20", "-T", &secs.to_string(), "-f", script.to_str().unwrap()])
+        .arg(m.dsn(app))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// pgbench's end: (its stdout, its stderr), after asserting it exited 0
+/// with no failed transaction and no client aborted.
+fn bench_ok(b: Child, what: &str) {
+    let out = b.wait_with_output().unwrap();
+    let (so, se) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success() && !se.contains("aborted"), "{what}: {so}{se}");
+    assert!(so.contains("number of failed transactions: 0"), "{what}: {so}");
+}
+
+/// Samples, every 100 ms on a connection of its own to each replica, which
+/// member holds the tier's lock there, until `stop`; returns the samples
+/// taken and every sample in which two members held a majority each.
+fn watch_locks(c: &Cluster, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(usize, Vec<String>)> {
+    let (ports, password) = (c.ports.clone(), c.password.clone());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let sql = "SELECT split_part(a.application_name, ' ', 3) FROM pg_locks l JOIN pg_stat_activity a \
+                   ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted \
+                   AND a.application_name LIKE 'plbtier t1 %'";
+        let mut conns: Vec<Option<tokio_postgres::Client>> = ports
+            .iter()
+            .map(|p| {
+                let dsn = format!("host=127.0.0.1 port={p} user=plbbench password={password} dbname=plbbench");
+                let (client, conn) = rt.block_on(tokio_postgres::connect(&dsn, tokio_postgres::NoTls)).ok()?;
+                rt.spawn(conn);
+                Some(client)
+            })
+            .collect();
+        let (mut samples, mut double) = (0, Vec::new());
+        while !stop.load(Ordering::SeqCst) {
+            let mut held: BTreeMap<String, usize> = BTreeMap::new();
+            for conn in &mut conns {
+                let Some(client) = conn else { continue };
+                // The timeout is made inside the runtime (its timer needs one).
+                let asked =
+                    rt.block_on(async { tokio::time::timeout(Duration::from_secs(2), client.simple_query(sql)).await });
+                let Ok(Ok(rows)) = asked else {
+                    *conn = None;
+                    continue;
+                };
+                for row in rows {
+                    if let tokio_postgres::SimpleQueryMessage::Row(r) = row {
+                        *held.entry(r.get(0).unwrap_or_default().to_string()).or_default() += 1;
+                    }
+                }
+            }
+            samples += 1;
+            if held.values().filter(|&&n| n >= 3).count() > 1 {
+                double.push(format!("{held:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        (samples, double)
+    })
+}
+
+/// Sends `signal` (STOP, CONT) to member `m`'s process.
+fn signal(m: &Member, signal: &str) {
+    let ok = std::process::Command::new("kill").args([&format!("-{signal}"), &m.child.id().to_string()]).status();
+    assert!(ok.is_ok_and(|s| s.success()), "kill -{signal} member {}", m.peer);
+}
+
+/// The member among `members` whose stderr says it leads at `generation`.
+fn leader_at<'a>(members: &[&'a Member], generation: u64) -> Option<&'a Member> {
+    members.iter().copied().find(|m| m.stderr().contains(&m.leads(generation)))
+}
+
+/// A leader that hangs (SIGSTOP) keeps its connections and its locks: a
+/// follower that hears nothing from it for the lease ends its idle
+/// lock-holding backends and leads within the lease plus a round (and the
+/// time the round's queries take); a replica killed during the hang is
+/// routed around by every live member once its own probes confirm it, so
+/// pgbench through the followers completes with no client aborted; the
+/// hung member, resumed, finds its lease gone at once and follows; and a
+/// sampler of `pg_locks` every 100 ms never sees two members holding a
+/// majority. Three hangs in a row, each of the current leader.
+#[test]
+fn a_hung_leader_is_replaced_within_its_lease() {
+    if !have_postgres() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::up();
+    let members = [Member::start(&c, 1, &[]), Member::start(&c, 2, &[]), Member::start(&c, 3, &[])];
+    let all: Vec<&Member> = members.iter().collect();
+    assert!(eventually(Duration::from_secs(20), || leader_at(&all, 1).is_some()), "a first leader");
+    let stop = Arc::new(AtomicBool::new(false));
+    let locks = watch_locks(&c, stop.clone());
+    let mut taken = Vec::new();
+    for round in 0..3u64 {
+        let generation = round + 1;
+        let hung = leader_at(&all, generation).expect("the leader");
+        let others: Vec<&Member> = all.iter().copied().filter(|m| m.peer != hung.peer).collect();
+        for m in &others {
+            let follows = format!("follows peer {} (generation {generation})", hung.peer);
+            assert!(m.wait_for(&follows, Duration::from_secs(20)), "member {}: {}", m.peer, m.stderr());
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        signal(hung, "STOP");
+        let stopped = Instant::now();
+        let next = eventually(Duration::from_secs(15), || leader_at(&others, generation + 1).is_some());
+        let took = stopped.elapsed();
+        assert!(next, "no new leader while peer {} hung: {}", hung.peer, others[0].stderr());
+        eprintln!("hang {}: peer {} hung, a new leader after {:.0} ms", round + 1, hung.peer, took.as_secs_f64() * 1e3);
+        assert!(took < LEASE + RETRY + Duration::from_millis(1500), "took {took:?}");
+        taken.push(took);
+        let followed = |m: &Member| m.stderr().matches(&format!("follows peer {} ", hung.peer)).count();
+        let before: Vec<usize> = others.iter().map(|m| followed(m)).collect();
+
+        // r1 killed during the hang: once each live member's own probes
+        // found it, no session through them goes there.
+        let found = |m: &Member| format!("peer {}'s own probes found r1 down", m.peer);
+        let found_before: Vec<usize> = others.iter().map(|m| m.stderr().matches(&found(m)).count()).collect();
+        c.fault("down", "r1");
+        for (m, &was) in others.iter().zip(&found_before) {
+            let seen = eventually(Duration::from_secs(10), || {
+                let _ = pgbench(&c, m, "free-probe", 1).wait();
+                let st = m.stderr();
+                let led = st.find(&m.leads(generation + 1));
+                st.matches(&found(m)).count() > was || led.is_some_and(|i| st[i..].contains("detect r1 down"))
+            });
+            assert!(seen, "member {} never routed around r1: {}", m.peer, m.stderr());
+        }
+        let benches: Vec<(String, Child)> = others
+            .iter()
+            .flat_map(|m| {
+                ["premium-hang", "free-hang"].map(|app| (format!("{app} via {}", m.peer), pgbench(&c, m, app, 4)))
+            })
+            .collect();
+        for (what, b) in benches {
+            bench_ok(b, &what);
+        }
+
+        // Resumed, the old leader finds its lease gone before anything
+        // else, and follows the new one.
+        signal(hung, "CONT");
+        let lost = format!("peer {} lost its lease", hung.peer);
+        assert!(hung.wait_for(&lost, Duration::from_secs(1)), "{}", hung.stderr());
+        let new = leader_at(&others, generation + 1).unwrap();
+        let follows = format!("peer {} follows peer {} (generation {})", hung.peer, new.peer, generation + 1);
+        assert!(hung.wait_for(&follows, Duration::from_secs(10)), "{}", hung.stderr());
+        let after: Vec<usize> = others.iter().map(|m| followed(m)).collect();
+        assert_eq!(after, before, "a member followed the deposed peer {} again", hung.peer);
+        c.fault("rejoin", "r1");
+    }
+    stop.store(true, Ordering::SeqCst);
+    let (samples, double) = locks.join().unwrap();
+    assert!(samples > 100, "{samples} samples");
+    assert!(double.is_empty(), "two members held a majority at once: {double:?}");
+    let mut gens = generations(&all);
+    gens.dedup();
+    assert_eq!(gens, [1, 2, 3, 4], "each generation led once, rising");
+    eprintln!("takeovers: {taken:?} (lease {LEASE:?}, retry {RETRY:?}); {samples} lock samples");
 }

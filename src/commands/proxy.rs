@@ -166,6 +166,7 @@ pub fn proxy(args: ProxyArgs) -> Result<(), Error> {
         threads: args.threads,
         server_pool: cfg.server_pool,
         server_idle_timeout: Duration::from_secs_f64(cfg.server_idle_timeout_s),
+        refuse_violators: cfg.refuse_protocol_violators,
         tier,
     };
     let auth = if input.users.is_some() { "scram-sha-256" } else { "trust" };
@@ -204,6 +205,7 @@ struct Candidate {
     me: Member,
     feed: std::net::TcpListener,
     retry: Duration,
+    lease: Duration,
     flags: String,
 }
 
@@ -249,7 +251,13 @@ fn member(args: &ProxyArgs, cfg: &ProxyConfig, plan: &Plan, listen: SocketAddr) 
             ),
         ));
     }
-    Ok(Some(Candidate { me, feed, retry: Duration::from_millis(t.retry_ms), flags: flags_key(plan, cfg) }))
+    Ok(Some(Candidate {
+        me,
+        feed,
+        retry: Duration::from_millis(t.retry_ms),
+        lease: Duration::from_millis(t.lease_ms),
+        flags: flags_key(plan, cfg),
+    }))
 }
 
 /// Opens the member's control connection: refused (exit 2) when no replica
@@ -264,7 +272,7 @@ async fn join(c: Candidate, replicas: &[tokio_postgres::Config]) -> Result<TierI
             format!("peer {} is already in tier {} (the member listening on {})", m.peer, m.tier, m.client),
         ),
     })?;
-    Ok(TierInput { me: c.me, feed: c.feed, retry: c.retry, flags: c.flags, joined })
+    Ok(TierInput { me: c.me, feed: c.feed, retry: c.retry, lease: c.lease, flags: c.flags, joined })
 }
 
 /// The config file, or the defaults when there is none.

@@ -74,6 +74,13 @@ pub struct ProxyConfig {
     /// A kept server connection idle this long is closed [default 60].
     #[serde(default = "server_idle_timeout_s")]
     pub server_idle_timeout_s: f64,
+    /// Refuse the logins (53400) of a client, known by its address and user
+    /// name, whose sessions end in protocol violations faster than its
+    /// allowance [default false: every application instance on a host
+    /// shares both, so the refusal would deny the well-behaved ones too;
+    /// violations are counted and logged either way].
+    #[serde(default)]
+    pub refuse_protocol_violators: bool,
     /// Membership of a tier of proxies (`--tier`, `--peer-id`,
     /// `--tier-feed` win) [default: none, a lone proxy].
     #[serde(default)]
@@ -96,15 +103,28 @@ pub struct TierSection {
     /// control connection, ms [default 500].
     #[serde(default = "retry_ms")]
     pub retry_ms: u64,
+    /// The leader's lease, ms [default 5000, ten default rounds: on a
+    /// saturated cluster a round's queries took up to 1.9 s]: a leader
+    /// whose last round that confirmed a majority of its locks began longer
+    /// ago stops leading (its own monotonic clock), and a follower that
+    /// heard nothing from the leader this long may end the leader's
+    /// lock-holding backends that were idle this long, and take the locks.
+    /// At least twice `retry_ms` and 1500 (the leader speaks every second).
+    #[serde(default = "lease_ms")]
+    pub lease_ms: u64,
 }
 
 fn retry_ms() -> u64 {
     500
 }
 
+fn lease_ms() -> u64 {
+    5000
+}
+
 impl Default for TierSection {
     fn default() -> TierSection {
-        TierSection { name: None, peer_id: None, feed_listen: None, retry_ms: retry_ms() }
+        TierSection { name: None, peer_id: None, feed_listen: None, retry_ms: retry_ms(), lease_ms: lease_ms() }
     }
 }
 
@@ -162,6 +182,13 @@ impl ProxyConfig {
         c.tls.check()?;
         if !(50..=60_000).contains(&c.tier.retry_ms) {
             return Err(format!("tier.retry_ms: must be 50 to 60000 ms, not {}", c.tier.retry_ms));
+        }
+        let least = (2 * c.tier.retry_ms).max(1500);
+        if !(least..=600_000).contains(&c.tier.lease_ms) {
+            return Err(format!(
+                "tier.lease_ms: must be {least} to 600000 ms (at least twice retry_ms and 1500), not {}",
+                c.tier.lease_ms
+            ));
         }
         if let Some(name) = &c.tier.name {
             super::tier::election::check_name(name).map_err(|e| format!("tier.name: {e}"))?;
@@ -252,6 +279,7 @@ mod tests {
         let c = ProxyConfig::parse(MIN).unwrap();
         assert_eq!((c.login_timeout_s, c.server_connect_timeout_s, c.drain_s), (10.0, 5.0, 10.0));
         assert_eq!(c.late_class_timeout_ms, 3000);
+        assert!(!c.refuse_protocol_violators, "no client is refused for another's violations unless asked");
         assert_eq!((c.server_pool, c.server_idle_timeout_s), (100, 60.0));
         assert!(c.dsns.is_empty() && c.users_file.is_none() && c.listen.is_none());
     }
@@ -286,6 +314,8 @@ mod tests {
         assert!(e.starts_with("tier.peer_id"), "{e}");
         let e = ProxyConfig::parse("[tier]\nretry_ms = 10\n").unwrap_err();
         assert!(e.starts_with("tier.retry_ms"), "{e}");
+        let e = ProxyConfig::parse("[tier]\nretry_ms = 1000\nlease_ms = 1500\n").unwrap_err();
+        assert!(e.starts_with("tier.lease_ms: must be 2000"), "{e}");
         let e = ProxyConfig::parse("[tier]\nleader = 1\n").unwrap_err();
         assert!(e.contains("leader"), "{e}");
         let t =

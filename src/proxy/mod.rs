@@ -27,6 +27,7 @@ mod relay;
 pub mod scram;
 mod server_pool;
 pub mod startup;
+mod statements;
 pub mod tier;
 pub mod tls;
 mod violations;
@@ -94,6 +95,9 @@ pub struct ProxyInput {
     /// none; see [`server_pool`]), and how long one may stay idle.
     pub server_pool: usize,
     pub server_idle_timeout: Duration,
+    /// Refuse a client's logins past its allowance of protocol violations
+    /// ([`violations`]); else they are only counted and logged.
+    pub refuse_violators: bool,
     /// Membership of a tier of proxies ([`tier`]), if any.
     pub tier: Option<tier::TierInput>,
 }
@@ -156,6 +160,11 @@ pub(crate) struct Shared {
     pool: Arc<server_pool::ServerPool>,
     /// This member's tier state, in a tier.
     tier: Option<Arc<tier::Tier>>,
+    /// The controller has an admission gate: sessions' statements ask it
+    /// ([`statements`]).
+    gated: bool,
+    /// See [`ProxyInput::refuse_violators`].
+    refuse_violators: bool,
 }
 
 impl Shared {
@@ -291,20 +300,29 @@ impl Shared {
         }
     }
 
-    /// Whether `who` may log in now: refused while its sessions end in
-    /// protocol violations faster than its allowance (said on stderr once
-    /// per episode, counted every time).
+    /// Whether `who` may log in now: past its allowance of protocol
+    /// violations it is said on stderr once per episode, and refused only
+    /// when the config asks (`refuse_protocol_violators`): a neighbour
+    /// sharing its address and user would be refused with it.
     fn allowed(&self, who: &Who) -> Result<(), Fatal> {
         let verdict = self.violations.lock().expect("violations lock").admit(who, self.now());
         let Verdict::Refuse { retry_s, first } = verdict else { return Ok(()) };
         let (addr, user) = who;
         if first {
+            let then = if self.refuse_violators {
+                "its logins are refused until its allowance is back"
+            } else {
+                "its logins are still served (refuse_protocol_violators is off)"
+            };
             eprintln!(
                 "plbbench proxy: client {addr} user {user:?}: more than {} sessions ended in protocol violations \
-                 (08P01) at over {}/s; its logins are refused until its allowance is back (the roles are unchanged)",
+                 (08P01) at over {}/s; {then} (the roles are unchanged)",
                 violations::BURST,
                 violations::REFILL_PER_S
             );
+        }
+        if !self.refuse_violators {
+            return Ok(());
         }
         if let Some(live) = &self.live {
             live.lock().expect("metrics lock").proxy_violation_refusal();
@@ -414,6 +432,7 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
     let (ends_tx, ends_rx) = mpsc::unbounded_channel();
     let mut background = Vec::new();
     let tier_state = input.tier.as_ref().map(|t| tier::tier(t, input.control.router().config().clone()));
+    let gated = input.control.gate().is_some();
     let shared = Arc::new(Shared {
         start,
         control: Mutex::new(Control::new(input.control)),
@@ -437,6 +456,8 @@ pub async fn serve(input: ProxyInput) -> std::io::Result<ProxyOutcome> {
         violations: Mutex::new(Violations::default()),
         pool: Arc::new(server_pool::ServerPool::new(input.server_pool, input.server_idle_timeout)),
         tier: tier_state,
+        gated,
+        refuse_violators: input.refuse_violators,
     });
     background.push(tokio::spawn(ends(ends_rx)));
     if let Some(t) = input.tier {

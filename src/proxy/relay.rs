@@ -12,9 +12,10 @@
 //! ErrorResponse at a message boundary and a closed socket, never a hang.
 use super::framing::Framing;
 use super::login::{send_fatal, Fatal};
-use super::pump::{Back, End, Follow, CHUNK};
+use super::pump::{Back, End, Follow, Pass, CHUNK};
 use super::server_pool::{read_greeting, Key, Origin};
 use super::startup::Startup;
+use super::statements::Statements;
 use super::tls::ClientStream;
 use super::violations::Who;
 use super::{CancelKey, Shared};
@@ -293,12 +294,15 @@ pub(super) struct Flow {
     /// Whether the session counts in the proxy's open connections until
     /// this is dropped (it is relayed on a pump, its task gone).
     holds_open: bool,
+    /// Its statements under the admission gate.
+    statements: Statements,
 }
 
 impl Flow {
     fn new(shared: Arc<Shared>, s: Session, start: &Start) -> Flow {
         let upstream = if shared.rule.reads_application_name() { Framing::watching() } else { Framing::new() };
         let began = shared.now();
+        let gated = shared.gated;
         let mut flow = Flow {
             shared,
             s,
@@ -310,10 +314,14 @@ impl Flow {
             greeted: 0,
             withheld: false,
             holds_open: false,
+            // What the proxy already sent for the client (a late class's
+            // first statement) ran without the gate.
+            statements: Statements::new(false),
         };
         flow.server_sent(&start.seen);
         flow.greeted = flow.framing.readies;
         flow.client_sent(&start.to_server);
+        flow.statements = Statements::new(gated);
         flow
     }
 
@@ -331,6 +339,13 @@ impl Flow {
             && down.status == b'I'
             && down.readies - self.greeted == up.asks
     }
+
+    /// Every ask the client sent is answered and nothing follows them: the
+    /// next bytes from the client begin a statement.
+    fn idle(&self) -> bool {
+        let up = &self.upstream;
+        up.at_boundary() && !up.unsynced && self.framing.readies - self.greeted >= up.asks
+    }
 }
 
 /// A Terminate message.
@@ -339,17 +354,26 @@ const TERMINATE: [u8; 5] = [b'X', 0, 0, 0, 4];
 impl Follow for Flow {
     /// Follows bytes the client sent; withholds a Terminate at their end
     /// when the server may serve another session ([`Flow::may_withhold`]).
-    fn client_sent(&mut self, bytes: &[u8]) -> usize {
+    fn client_sent(&mut self, bytes: &[u8]) -> Pass {
+        let begins = self.idle() && bytes.first().is_some_and(|&b| b != TERMINATE[0]);
+        let may = !begins || self.statements.begin(&self.shared, self.s.class, self.s.r);
         let terminated = self.upstream.terminated;
         self.upstream.feed(bytes);
         if let Some(v) = self.upstream.named.take() {
             self.told = self.told || self.shared.named_after_routing(self.s.id, self.s.r, self.s.class, &v);
         }
+        if !may {
+            return Pass::Hold;
+        }
         if !terminated && self.upstream.terminated && self.may_withhold(bytes) {
             self.withheld = true;
-            return bytes.len() - TERMINATE.len();
+            return Pass::Write(bytes.len() - TERMINATE.len());
         }
-        bytes.len()
+        Pass::Write(bytes.len())
+    }
+
+    fn resume(&mut self) -> bool {
+        self.statements.begin(&self.shared, self.s.class, self.s.r)
     }
 
     fn withheld(&self) -> bool {
@@ -377,6 +401,9 @@ impl Follow for Flow {
     /// once it has gone by.
     fn server_sent(&mut self, bytes: &[u8]) {
         self.framing.feed(bytes);
+        if self.idle() {
+            self.statements.end(&self.shared, self.s.class, self.s.r);
+        }
         if let (None, Some(k)) = (self.registered, self.framing.key) {
             self.shared.keys.lock().expect("keys lock").insert(k, (self.s.r, k));
             self.registered = Some(k);
@@ -398,6 +425,7 @@ impl Follow for Flow {
 
 impl Drop for Flow {
     fn drop(&mut self) {
+        self.statements.close(&self.shared, self.s.class, self.s.r);
         if let Some(k) = self.registered {
             self.shared.keys.lock().expect("keys lock").remove(&k);
         }
@@ -424,8 +452,11 @@ async fn on_this_task(flow: &mut Flow, client: &mut ClientStream, server: &mut T
             biased;
             n = client.read(&mut cbuf) => match n {
                 Ok(n) if n > 0 => {
-                    let keep = flow.client_sent(&cbuf[..n]);
-                    if server.write_all(&cbuf[..keep]).await.is_err() {
+                    let keep = match flow.client_sent(&cbuf[..n]) {
+                        Pass::Write(keep) => keep,
+                        Pass::Hold => held(flow).await,
+                    };
+                    if server.write_all(&cbuf[..keep.min(n)]).await.is_err() {
                         return last_words(flow, client, server, &mut sbuf).await;
                     }
                     if flow.withheld() {
@@ -446,6 +477,15 @@ async fn on_this_task(flow: &mut Flow, client: &mut ClientStream, server: &mut T
             _ = &mut stopped => return End::Stop,
         }
     }
+}
+
+/// Waits, asking again every 5 ms as a pump does, until the gate lets the
+/// held statement run: then all the bytes read go on.
+async fn held(flow: &mut Flow) -> usize {
+    while !flow.resume() {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    usize::MAX
 }
 
 /// The server stopped taking the client's bytes: its last words (a FATAL,

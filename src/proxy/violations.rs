@@ -4,9 +4,15 @@
 //! session's end, never evidence against the replica; but each one costs
 //! the replica a backend's fork and start. So a client, known by its
 //! address and user name, has a bucket of [`BURST`] violations that refills
-//! at [`REFILL_PER_S`] a second: while its bucket is empty its logins are
-//! refused with SQLSTATE 53400 before any replica is asked, which bounds a
-//! misbehaving client to about one violation a second after its burst. The
+//! at [`REFILL_PER_S`] a second. When its bucket runs empty the proxy says
+//! so once per episode; only with `refuse_protocol_violators` in the
+//! config are its logins then refused with SQLSTATE 53400 before any
+//! replica is asked (about one violation a second after its burst). That
+//! refusal is off by default: an address and a user name are shared by
+//! every application instance on a host, so it would refuse the
+//! well-behaved neighbours of a buggy one. The cost of a violation is
+//! bounded where it falls instead: the replica's fork, as any login's; one
+//! confirming probe per replica at a time; one log line per episode. The
 //! roles are never touched. A client that changes its user name for every
 //! session gets a bucket per name; the map is bounded ([`KEPT`]) by
 //! forgetting full buckets first.

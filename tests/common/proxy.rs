@@ -153,7 +153,7 @@ impl Proxy {
 
     fn spawn(c: &Cluster, args: &[&str]) -> (String, Proxy) {
         let (port, metrics) = (free_port(), free_port());
-        let stderr = c.root.join("proxy.stderr");
+        let stderr = c.root.join(format!("proxy-{port}.stderr"));
         let mut cmd = c.plbbench(&["proxy"]);
         cmd.args(args)
             .args(["--listen", &format!("127.0.0.1:{port}"), "--metrics-addr", &format!("127.0.0.1:{metrics}")])

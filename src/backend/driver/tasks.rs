@@ -188,7 +188,8 @@ pub(super) async fn sample(ctx: Arc<Ctx>, cluster: Arc<Mutex<Cluster>>, bar: ind
         let (now, snap) = (ctx.now(), snapshot(&ctx, &cluster));
         generator_sample(&ctx, &snap);
         let cpu: Vec<Option<f64>> = snap.iter().map(|s| s.cpu_s).collect();
-        let memory = cluster.try_lock().ok().and_then(|c| c.memory_pct());
+        // Only the gate reads memory: without one the walk of /proc is not made.
+        let memory = if ctx.gated { cluster.try_lock().ok().and_then(|c| c.memory_pct()) } else { None };
         let changed = ctx.control(|ctl, _| ctl.c.sample(now, &cpu, memory));
         if changed.is_some() {
             // A new mode: every held statement asks again.

@@ -25,6 +25,14 @@
 //! direction gets at most [`TURN`] full reads per turn; then its session
 //! waits for its next turn, so a large result does not hold up the
 //! thread's other sessions.
+//!
+//! A statement the admission gate holds (`--admission modes`: a lower
+//! class's statement on a replica that serves the top class, beyond the
+//! mode's share of `statement_slots`) stays in its session's client pipe,
+//! unwritten, and the client's socket is not read meanwhile; the thread
+//! asks again for its held sessions every [`HELD_RETRY`] (a slot freed or
+//! the mode changed), as the real driver's held statement waits on its
+//! replica's notification.
 
 use mio::net::TcpStream;
 use mio::{event::Event, Events, Interest, Poll, Registry, Token, Waker};
@@ -45,6 +53,21 @@ pub(super) const CHUNK: usize = 16 * 1024;
 
 /// Full reads a direction gets per turn before its session yields.
 pub(super) const TURN: usize = 16;
+
+/// How often a pump asks again for the statements the gate holds.
+const HELD_RETRY: Duration = Duration::from_millis(5);
+
+/// What a direction does with the bytes it just read, as the session's
+/// follower says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Pass {
+    /// Write the first this many (the rest is dropped: a withheld
+    /// Terminate).
+    Write(usize),
+    /// Keep them all unwritten: they begin a statement the gate holds
+    /// until [`Follow::resume`] says it may run.
+    Hold,
+}
 
 /// How a relay ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,8 +91,11 @@ pub(super) enum End {
 /// `relay::Flow`).
 pub(super) trait Follow: Send + 'static {
     /// The client sent `bytes`: how many of them to pass on (all but a
-    /// withheld Terminate at their end).
-    fn client_sent(&mut self, bytes: &[u8]) -> usize;
+    /// withheld Terminate at their end), or hold them all (a statement the
+    /// gate holds).
+    fn client_sent(&mut self, bytes: &[u8]) -> Pass;
+    /// The held statement asks again: `true` when it may run now.
+    fn resume(&mut self) -> bool;
     /// The server sent `bytes`.
     fn server_sent(&mut self, bytes: &[u8]);
     /// The server closed its side, or stopped taking bytes: how the
@@ -206,6 +232,9 @@ struct Pipe {
     readable: bool,
     /// The source's peer closed: read until the end, short reads or not.
     closing: bool,
+    /// What was read is held ([`Pass::Hold`]): nothing is written or read
+    /// until the follower lets it go.
+    paused: bool,
 }
 
 /// What one direction's copy came to.
@@ -219,11 +248,13 @@ enum Step {
     SourceClosed,
     /// The sink failed.
     SinkGone,
+    /// What was read is held for the gate.
+    Held,
 }
 
 impl Pipe {
     fn new() -> Pipe {
-        Pipe { buf: vec![0; CHUNK].into_boxed_slice(), from: 0, to: 0, readable: false, closing: false }
+        Pipe { buf: vec![0; CHUNK].into_boxed_slice(), from: 0, to: 0, readable: false, closing: false, paused: false }
     }
 
     /// Notes an event on the source's socket.
@@ -234,10 +265,13 @@ impl Pipe {
 
     /// Writes what is held, then reads and writes while the source has
     /// bytes, the sink takes them and the turn lasts; `seen` follows every
-    /// read and says how much of it to write.
-    fn copy(&mut self, src: &mut impl Read, dst: &mut impl Write, mut seen: impl FnMut(&[u8]) -> usize) -> Step {
+    /// read and says how much of it to write, or to hold it all.
+    fn copy(&mut self, src: &mut impl Read, dst: &mut impl Write, mut seen: impl FnMut(&[u8]) -> Pass) -> Step {
         let mut reads = 0;
         loop {
+            if self.paused {
+                return Step::Held;
+            }
             while self.from < self.to {
                 match dst.write(&self.buf[self.from..self.to]) {
                     Ok(0) => return Step::SinkGone,
@@ -257,9 +291,11 @@ impl Pipe {
                 Ok(0) => return Step::SourceClosed,
                 Ok(n) => {
                     reads += 1;
-                    let keep = seen(&self.buf[..n]).min(n);
-                    (self.from, self.to) = (0, keep);
                     self.readable = n == self.buf.len() || self.closing;
+                    match seen(&self.buf[..n]) {
+                        Pass::Write(keep) => (self.from, self.to) = (0, keep.min(n)),
+                        Pass::Hold => (self.from, self.to, self.paused) = (0, n, true),
+                    }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => self.readable = false,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -289,6 +325,8 @@ struct Piped<F> {
 enum Drive {
     Idle,
     Owed,
+    /// Its client's statement is held for the gate: ask again soon.
+    Held,
     Over(End),
 }
 
@@ -296,6 +334,9 @@ impl<F: Follow> Piped<F> {
     /// Copies both ways as far as the sockets allow.
     fn drive(&mut self) -> Drive {
         let Handed { client, server, flow, .. } = &mut self.h;
+        if self.up.paused && flow.resume() {
+            self.up.paused = false;
+        }
         let up = self.up.copy(client, server, |b| flow.client_sent(b));
         if flow.withheld() {
             // A withheld Terminate: the session is over now; the client,
@@ -312,20 +353,21 @@ impl<F: Follow> Piped<F> {
                 (self.down.readable, self.down.closing) = (true, true);
                 let _ = self.down.copy(server, client, |b| {
                     flow.server_sent(b);
-                    b.len()
+                    Pass::Write(b.len())
                 });
                 return Drive::Over(flow.server_closed());
             }
-            Step::Idle | Step::Owed => {}
+            Step::Idle | Step::Owed | Step::Held => {}
         }
         let down = self.down.copy(server, client, |b| {
             flow.server_sent(b);
-            b.len()
+            Pass::Write(b.len())
         });
         match down {
             Step::SourceClosed => Drive::Over(flow.server_closed()),
             Step::SinkGone => Drive::Over(End::Quiet),
             _ if up == Step::Owed || down == Step::Owed => Drive::Owed,
+            _ if up == Step::Held => Drive::Held,
             _ => Drive::Idle,
         }
     }
@@ -350,11 +392,15 @@ fn run<F: Follow>(
     let mut events = Events::with_capacity(1024);
     let mut sessions: Slab<Piped<F>> = Slab::new();
     let mut returns = Returns::new(reset_limit);
-    let (mut due, mut owed) = (Vec::new(), Vec::new());
+    let (mut due, mut owed, mut held) = (Vec::new(), Vec::new(), Vec::new());
     // Set only with a wake-up ([`Pumps::stop`] wakes every pump).
     let mut stopping = false;
     loop {
-        let wait = if owed.is_empty() { returns.wait() } else { Some(Duration::ZERO) };
+        let wait = match (owed.is_empty(), held.is_empty()) {
+            (false, _) => Some(Duration::ZERO),
+            (true, false) => Some(returns.wait().map_or(HELD_RETRY, |w| w.min(HELD_RETRY))),
+            (true, true) => returns.wait(),
+        };
         way.asleep.store(wait != Some(Duration::ZERO), Ordering::SeqCst);
         fence(Ordering::SeqCst);
         // Sessions handed while the thread was at work, or just before it
@@ -370,6 +416,7 @@ fn run<F: Follow>(
             Err(_) => break,
         }
         std::mem::swap(&mut due, &mut owed);
+        due.append(&mut held);
         for ev in events.iter() {
             if ev.token() == WAKE {
                 stopping = stop.load(Ordering::SeqCst);
@@ -402,6 +449,10 @@ fn run<F: Follow>(
                 Drive::Owed => {
                     p.queued = true;
                     owed.push(i);
+                }
+                Drive::Held => {
+                    p.queued = true;
+                    held.push(i);
                 }
                 Drive::Over(end) => ended(poll.registry(), sessions.remove(i), end, &mut returns, ends),
             }
@@ -526,12 +577,16 @@ mod tests {
         let mut pipe = Pipe::new();
         pipe.readable = true;
         let (mut src, mut dst) = (source(100, false), Sink { got: Vec::new(), room: usize::MAX });
-        assert_eq!(pipe.copy(&mut src, &mut dst, |b| b.len()), Step::Idle);
+        assert_eq!(pipe.copy(&mut src, &mut dst, |b| Pass::Write(b.len())), Step::Idle);
         assert_eq!((src.reads, dst.got.len(), pipe.readable), (1, 100, false), "one read, one write");
         let mut pipe = Pipe::new();
         (pipe.readable, pipe.closing) = (true, true);
         let mut src = source(100, true);
-        assert_eq!(pipe.copy(&mut src, &mut dst, |b| b.len()), Step::SourceClosed, "data and a close are both read");
+        assert_eq!(
+            pipe.copy(&mut src, &mut dst, |b| Pass::Write(b.len())),
+            Step::SourceClosed,
+            "data and a close are both read"
+        );
         assert_eq!(src.reads, 2);
     }
 
@@ -548,7 +603,7 @@ mod tests {
             assert_eq!(
                 pipe.copy(&mut src, &mut dst, |b| {
                     seen += b.len();
-                    b.len()
+                    Pass::Write(b.len())
                 }),
                 Step::Idle
             );
@@ -569,9 +624,9 @@ mod tests {
         let (mut pipe, mut src) = (Pipe::new(), source(100 * CHUNK, false));
         let mut dst = Sink { got: Vec::new(), room: usize::MAX };
         pipe.readable = true;
-        assert_eq!(pipe.copy(&mut src, &mut dst, |b| b.len()), Step::Owed);
+        assert_eq!(pipe.copy(&mut src, &mut dst, |b| Pass::Write(b.len())), Step::Owed);
         assert_eq!((src.reads, dst.got.len()), (TURN, TURN * CHUNK));
-        assert_eq!(pipe.copy(&mut src, &mut dst, |b| b.len()), Step::Owed);
+        assert_eq!(pipe.copy(&mut src, &mut dst, |b| Pass::Write(b.len())), Step::Owed);
         assert_eq!(src.reads, 2 * TURN);
     }
 
@@ -580,9 +635,31 @@ mod tests {
         let mut pipe = Pipe::new();
         pipe.readable = true;
         let (mut src, mut dst) = (source(100, false), Sink { got: Vec::new(), room: usize::MAX });
-        assert_eq!(pipe.copy(&mut src, &mut dst, |b| b.len() - 5), Step::Idle);
+        assert_eq!(pipe.copy(&mut src, &mut dst, |b| Pass::Write(b.len() - 5)), Step::Idle);
         assert_eq!(dst.got, source(95, false).data.into_inner(), "all but the last 5 bytes");
         assert_eq!(pipe.from, pipe.to, "nothing left held");
+    }
+
+    /// A statement the gate holds stays in the pipe, unwritten, and the
+    /// source is not read past it; let go, it is written whole and in order.
+    #[test]
+    fn a_held_statement_waits_unwritten_then_goes_whole() {
+        let mut pipe = Pipe::new();
+        pipe.readable = true;
+        let (mut src, mut dst) = (source(300, false), Sink { got: Vec::new(), room: usize::MAX });
+        let mut asked = 0;
+        let step = pipe.copy(&mut src, &mut dst, |_| {
+            asked += 1;
+            Pass::Hold
+        });
+        assert_eq!((step, asked, src.reads), (Step::Held, 1, 1), "one read, held");
+        assert!(dst.got.is_empty(), "nothing written while held");
+        pipe.readable = true;
+        assert_eq!(pipe.copy(&mut src, &mut dst, |b| Pass::Write(b.len())), Step::Held, "still held");
+        assert_eq!((src.reads, dst.got.len()), (1, 0), "no read past a held statement");
+        pipe.paused = false;
+        assert_eq!(pipe.copy(&mut src, &mut dst, |b| Pass::Write(b.len())), Step::Idle);
+        assert_eq!(dst.got, source(300, false).data.into_inner(), "whole and in order once let go");
     }
 
     #[test]
@@ -603,9 +680,12 @@ mod tests {
         }
         let mut pipe = Pipe::new();
         pipe.readable = true;
-        assert_eq!(pipe.copy(&mut source(10, false), &mut Broken, |b| b.len()), Step::SinkGone);
+        assert_eq!(pipe.copy(&mut source(10, false), &mut Broken, |b| Pass::Write(b.len())), Step::SinkGone);
         let mut pipe = Pipe::new();
         pipe.readable = true;
-        assert_eq!(pipe.copy(&mut Broken, &mut Sink { got: Vec::new(), room: 9 }, |b| b.len()), Step::SourceClosed);
+        assert_eq!(
+            pipe.copy(&mut Broken, &mut Sink { got: Vec::new(), room: 9 }, |b| Pass::Write(b.len())),
+            Step::SourceClosed
+        );
     }
 }

@@ -115,7 +115,7 @@ async fn follower(shared: Arc<Shared>, sock: TcpStream, n: u64) {
     while let Ok(Some(l)) = lines.next_line().await {
         let Ok(m) = wire::parse::<ToLeader>(&l) else { break };
         let mut s = t.state();
-        if !matches!(s.standing, super::Standing::Leader { .. }) {
+        if !matches!(s.standing, super::Standing::Leader { .. }) || super::member::fence_expired(&shared, &t, &mut s) {
             break;
         }
         match m {
@@ -163,6 +163,9 @@ pub(super) async fn publish(shared: Arc<Shared>) {
         every.tick().await;
         let mut s = t.state();
         let super::Standing::Leader { generation } = s.standing else { continue };
+        if super::member::fence_expired(&shared, &t, &mut s) {
+            continue;
+        }
         let held = shared.control(|c, _| c.c.router().held());
         let shape: Vec<_> = held.iter().map(|h| (h.role, h.home, h.healthy)).collect();
         if shape == last && sent.elapsed() < Duration::from_secs(1) {

@@ -26,13 +26,17 @@ pub struct View {
     held: Option<Vec<Held>>,
     /// This member's open sessions, whoever routed them.
     own: Counts,
+    /// Replicas this member's own probes confirmed down: kept down in every
+    /// vector it applies, whatever the leader said or did not say, until
+    /// its probes see them answer again.
+    down: Vec<bool>,
 }
 
 impl View {
     /// No roles yet, no sessions.
     pub fn new(cfg: RouterConfig) -> View {
         let k = cfg.replicas;
-        View { cfg, fence: Fence::default(), snapshot: None, held: None, own: vec![[0; 2]; k] }
+        View { cfg, fence: Fence::default(), snapshot: None, held: None, own: vec![[0; 2]; k], down: vec![false; k] }
     }
 
     /// A vector from the leader: applied unless older than the newest (the
@@ -43,8 +47,50 @@ impl View {
         if v == Verdict::Apply {
             self.snapshot = Some(snapshot);
             self.held = Some(held);
+            self.keep_down();
         }
         Ok(v)
+    }
+
+    /// What this member's own probes say of each replica now. One it
+    /// confirmed down leaves its snapshot at once, repaired as the leader
+    /// would repair it (PLB's target is a pure function of the survivors,
+    /// so every member that saw the same deaths computes the same roles).
+    /// One that answers again comes back only with the leader's next
+    /// vector, unless no leader speaks (`leaderless`): then it rejoins
+    /// as the leader would let it, as Mixed.
+    /// Returns the replicas whose own health changed, and to what.
+    pub fn own_health(&mut self, healthy: &[bool], leaderless: bool) -> Vec<(ReplicaId, bool)> {
+        let mut changed = Vec::new();
+        for (i, &up) in healthy.iter().enumerate().take(self.down.len()) {
+            let was_down = self.down[i];
+            self.down[i] = !up;
+            let r = ReplicaId(i);
+            if was_down == up {
+                changed.push((r, up));
+            }
+            match (&mut self.snapshot, up) {
+                (Some(s), false) if s.is_healthy(r) => s.set_health(r, false),
+                (Some(s), true) if was_down && leaderless && !s.is_healthy(r) => s.set_health(r, true),
+                _ => {}
+            }
+        }
+        changed
+    }
+
+    /// Whether this member's own probes confirmed `r` down.
+    pub fn known_down(&self, r: ReplicaId) -> bool {
+        self.down.get(r.idx()).copied().unwrap_or(false)
+    }
+
+    /// Applies this member's own confirmed deaths to the snapshot.
+    fn keep_down(&mut self) {
+        let Some(s) = &mut self.snapshot else { return };
+        for (i, &d) in self.down.iter().enumerate() {
+            if d && s.is_healthy(ReplicaId(i)) {
+                s.set_health(ReplicaId(i), false);
+            }
+        }
     }
 
     /// The member led at `generation` and steps down with `held`, its own
@@ -53,6 +99,7 @@ impl View {
         self.fence.lead(generation, u64::MAX);
         self.snapshot = Router::restore(self.cfg.clone(), &held).ok();
         self.held = Some(held);
+        self.keep_down();
     }
 
     /// Whether it has roles to route within.
@@ -312,6 +359,40 @@ mod tests {
         assert_eq!(b.late_unreported(&vec![[3, 0], [0, 2], [0, 4]]).place, vec![[0; 2]; 3], "counted once");
         assert_eq!(b.join(3, vec![[0, 0], [0, 0], [0, 3]]).place, vec![[0; 2]; 3], "claimed from the unreported");
         assert_eq!(b.expire().unplace, vec![[2, 0], [0, 0], [0, 1]]);
+    }
+
+    /// A replica the member's own probes confirmed down is out of every
+    /// choice, whatever vector the leader sends (a hung leader's old one,
+    /// again), repaired as the leader would repair; it comes back with the
+    /// leader's next vector, or at once as Mixed when no leader speaks.
+    #[test]
+    fn a_follower_never_routes_to_a_replica_its_own_probes_confirmed_down() {
+        let leader = Router::new(cfg());
+        let dead = (0..5).map(ReplicaId).find(|&r| leader.role(r) == Role::P).unwrap();
+        let mut v = View::new(cfg());
+        v.apply(1, 1, held(&leader)).unwrap();
+        let mut healthy = vec![true; 5];
+        healthy[dead.idx()] = false;
+        v.own_health(&healthy, false);
+        assert!(v.known_down(dead));
+        let mut expect = Router::new(cfg());
+        expect.set_health(dead, false);
+        let snap = v.snapshot.as_ref().unwrap();
+        for r in (0..5).map(ReplicaId) {
+            assert_eq!(snap.role(r), expect.role(r), "{r}: the leader's own repair");
+        }
+        v.apply(1, 2, held(&leader)).unwrap();
+        for _ in 0..20 {
+            for class in [Class::P, Class::F] {
+                assert_ne!(v.choose(class), Some(dead), "a {class:?} session sent to the dead replica");
+            }
+        }
+        v.own_health(&[true; 5], false);
+        assert!(!v.snapshot.as_ref().unwrap().is_healthy(dead), "back only with the leader's word");
+        v.own_health(&healthy, false);
+        v.own_health(&[true; 5], true);
+        let snap = v.snapshot.as_ref().unwrap();
+        assert!(snap.is_healthy(dead) && snap.role(dead) == Role::M, "no leader: it rejoins as Mixed");
     }
 
     #[test]

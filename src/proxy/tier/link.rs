@@ -39,6 +39,7 @@ pub(super) async fn follow(shared: Arc<Shared>, feed: SocketAddr) {
         };
         let _ = tx.send(wire::line(&hello));
         s.link = Some((tx, feed, n));
+        s.heard = Some(std::time::Instant::now());
     }
     let writer = tokio::spawn(async move {
         while let Some(mut l) = rx.recv().await {
@@ -52,6 +53,11 @@ pub(super) async fn follow(shared: Arc<Shared>, feed: SocketAddr) {
     while let Ok(Some(l)) = lines.next_line().await {
         let Ok(m) = wire::parse::<ToFollower>(&l) else { break };
         let mut s = t.state();
+        if s.link.as_ref().is_none_or(|l| l.2 != n) {
+            // Let go for a new leader (this one was deposed).
+            break;
+        }
+        s.heard = Some(std::time::Instant::now());
         let (before, mut tell) = (s.view.fence.generation(), false);
         match m {
             ToFollower::Welcome { leader, generation } => {

@@ -13,10 +13,22 @@
 //! replica back), and steps down the moment it holds less than a
 //! majority. [`join`] opens the connections at start and refuses a second
 //! member with the same identity.
+//!
+//! A leader that hangs keeps its connections (its kernel answers for it),
+//! and with them its locks. So leadership is also a lease ([`super`]): a
+//! round that confirms a majority renews it from the round's start; a
+//! leader whose lease ran out stands down ([`fence_expired`]) before
+//! anything else it does as leader. A follower that heard nothing from its
+//! leader for the lease ends, on every replica, the tier-lock holders'
+//! backends that have been idle for the lease ([`depose`]): a live
+//! leader's run `SELECT 1` every round, so only a silent one's qualify,
+//! and by then the silent leader's own clock has ended its lease (its
+//! rounds began before its backends went idle). Then it tries the locks
+//! as at any election.
 
 use super::election::{decide, holder_of, lock_key, majority_of, Member, Seen, Standing, Step};
 use super::follow::{Books, Counts};
-use super::{link, Tier};
+use super::{link, State, Tier};
 use crate::proxy::Shared;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -171,6 +183,7 @@ pub(super) async fn elect(shared: Arc<Shared>, mut c: Joined) {
     let mut expire_at: Option<f64> = None;
     loop {
         every.tick().await;
+        fence_expired(&shared, &t, &mut t.state());
         let began = std::time::Instant::now();
         reconnect(&shared, &t, &mut c).await;
         let standing = t.state().standing;
@@ -186,6 +199,7 @@ pub(super) async fn elect(shared: Arc<Shared>, mut c: Joined) {
         let next = t.state().view.fence.next();
         match decide(t.me.peer, standing, &seen, next) {
             Step::Lead(generation) => {
+                t.renew(began);
                 // It leads at once on its own sessions and the followers'
                 // as they say hello; the cluster's view of the rest comes
                 // after (reading it on a saturated cluster took seconds,
@@ -205,11 +219,17 @@ pub(super) async fn elect(shared: Arc<Shared>, mut c: Joined) {
             }
             Step::StepDown => step_down(&shared, &t),
             Step::Follow(feed) => {
-                let linked = t.state().link.as_ref().map(|l| l.1);
+                let mut s = t.state();
+                let linked = s.link.as_ref().map(|l| l.1);
                 if linked != Some(feed) {
+                    // A link to a deposed leader (hung, its socket alive)
+                    // is let go: the locks name the leader.
+                    (s.link, s.leader, s.heard) = (None, None, None);
+                    drop(s);
                     tokio::spawn(link::follow(shared.clone(), feed));
                 }
             }
+            Step::Stay if matches!(standing, Standing::Leader { .. }) => t.renew(began),
             Step::Stay => {}
         }
         if seen.won == Some(false) && c.holds() == 0 && seen.holder.is_none() {
@@ -256,7 +276,11 @@ async fn reconnect(shared: &Shared, t: &Tier, c: &mut Joined) {
 async fn round(t: &Tier, c: &mut Joined, standing: Standing) -> Seen {
     let (k1, k2) = lock_key(&t.me.tier);
     let try_lock = format!("SELECT pg_try_advisory_lock({k1}, {k2})");
-    let trying = matches!(standing, Standing::Leader { .. }) || t.state().link.is_none();
+    let silent = { t.leader_silent(&t.state()) };
+    let trying = matches!(standing, Standing::Leader { .. }) || silent;
+    if standing == Standing::Follower && silent {
+        depose(t, c).await;
+    }
     for r in 0..c.conns.len() {
         let Some(client) = &c.conns[r] else { continue };
         let sql = match (c.held[r], trying) {
@@ -290,6 +314,37 @@ async fn round(t: &Tier, c: &mut Joined, standing: Standing) -> Seen {
     match standing {
         Standing::Leader { .. } => Seen { answered: majority, won: None, holder },
         Standing::Follower => Seen { answered: c.conns.iter().any(Option::is_some), won: Some(majority), holder },
+    }
+}
+
+/// Ends, on every replica, the backends that hold the tier's lock and have
+/// been idle for the lease: a leader that stopped answering (see the
+/// module doc); said on stderr when there were any.
+async fn depose(t: &Tier, c: &mut Joined) {
+    let (k1, k2) = lock_key(&t.me.tier);
+    let sql = format!(
+        "SELECT count(pg_terminate_backend(a.pid)) FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid \
+         WHERE l.locktype = 'advisory' AND l.classid = {k1} AND l.objid = {k2} AND l.objsubid = 2 AND l.granted \
+         AND a.pid <> pg_backend_pid() AND a.state = 'idle' \
+         AND a.state_change < now() - interval '{} milliseconds'",
+        t.lease.as_millis()
+    );
+    let mut on = Vec::new();
+    for (r, conn) in c.conns.iter().enumerate() {
+        let Some(client) = conn else { continue };
+        let ended = query(client, &sql).await.ok().and_then(|rows| rows.first()?.first()?.parse::<u32>().ok());
+        if ended.is_some_and(|n| n > 0) {
+            on.push(format!("r{}", r + 1));
+        }
+    }
+    if !on.is_empty() {
+        eprintln!(
+            "plbbench proxy: tier {}: peer {} heard no leader for {} ms: ended the silent lock holder's backends on {}",
+            t.me.tier,
+            t.me.peer,
+            t.lease.as_millis(),
+            on.join(" ")
+        );
     }
 }
 
@@ -351,17 +406,42 @@ fn lead(shared: &Shared, t: &Tier, generation: u64, on: &str) {
 fn step_down(shared: &Shared, t: &Tier) {
     let mut s = t.state();
     let Standing::Leader { generation } = s.standing else { return };
-    t.leading.store(false, Ordering::SeqCst);
-    s.standing = Standing::Follower;
-    let held = shared.control(|c, _| c.c.router().held());
-    s.view.stepped_down(generation, held);
-    t.followers.lock().expect("followers lock").clear();
+    stand_down(shared, t, &mut s, generation);
     drop(s);
     super::say(shared, t);
     eprintln!(
         "plbbench proxy: tier {}: peer {} lost its control connection and stops leading (generation {generation})",
         t.me.tier, t.me.peer
     );
+}
+
+/// A leader whose lease ran out (it was stopped, or no round confirmed a
+/// majority for the lease) stands down, and says so; `true` when it did.
+/// Called under the member's lock before anything it would do as leader.
+pub(super) fn fence_expired(shared: &Shared, t: &Tier, s: &mut State) -> bool {
+    let Standing::Leader { generation } = s.standing else { return false };
+    if t.lease_lasts() {
+        return false;
+    }
+    stand_down(shared, t, s, generation);
+    eprintln!(
+        "plbbench proxy: tier {}: peer {} lost its lease (no round confirmed a majority of its locks for {} ms) \
+         and stops leading (generation {generation})",
+        t.me.tier,
+        t.me.peer,
+        t.lease.as_millis()
+    );
+    true
+}
+
+/// Stops leading: routes within its own last roles until a leader speaks,
+/// and lets its followers go.
+fn stand_down(shared: &Shared, t: &Tier, s: &mut State, generation: u64) {
+    t.leading.store(false, Ordering::SeqCst);
+    s.standing = Standing::Follower;
+    let held = shared.control(|c, _| c.c.router().held());
+    s.view.stepped_down(generation, held);
+    t.followers.lock().expect("followers lock").clear();
 }
 
 /// Sessions per replica and class that `pg_stat_activity` shows beyond

@@ -7,7 +7,13 @@
 //! report their sessions to it ([`link`], [`follow`]), so its counts are
 //! the tier's. Borrowing and returns stay with the leader. A cancel
 //! request reaches the member that holds its session ([`cancel_key`]).
-//! Lock order: a member's [`State`], then the controller.
+//! Leadership is a lease: the leader leads only while its last round that
+//! confirmed a majority of its locks began less than `lease` ago on its
+//! own monotonic clock, so a leader that was stopped (SIGSTOP, a long
+//! pause) finds it lost the lease before it sends a vector or routes as
+//! leader; a follower that hears nothing from its leader for `lease` may
+//! end the silent leader's lock-holding backends and take the locks
+//! ([`member`]). Lock order: a member's [`State`], then the controller.
 
 pub mod cancel_key;
 pub mod election;
@@ -26,9 +32,9 @@ use election::{Member, Standing};
 use follow::{Books, View};
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, Notify};
 use wire::ToLeader;
 
@@ -46,6 +52,8 @@ pub struct TierInput {
     /// How often it tries the lock (a follower) or checks it still holds
     /// its connection (the leader).
     pub retry: Duration,
+    /// The leader's lease (`[tier] lease_ms`).
+    pub lease: Duration,
     /// Its routing flags, written one way on every member; a follower's
     /// must equal the leader's.
     pub flags: String,
@@ -57,10 +65,14 @@ pub struct TierInput {
 pub(crate) struct Tier {
     pub me: Member,
     retry: Duration,
+    lease: Duration,
     flags: String,
     /// Whether it leads now (read without the lock: the controller's
-    /// events are printed only by the leader).
+    /// events are printed only by the leader), while its lease lasts.
     leading: AtomicBool,
+    /// The lease's end, ns after `born` (read without the lock).
+    lease_until_ns: AtomicU64,
+    born: Instant,
     state: Mutex<State>,
     /// Peer ids and client addresses, from the directory: where cancel
     /// requests for other members' sessions go.
@@ -94,6 +106,8 @@ struct State {
     /// [`TierLine::stale`]).
     routed: u64,
     stale: u64,
+    /// While it follows over a link: when the leader last spoke.
+    heard: Option<Instant>,
 }
 
 impl Tier {
@@ -101,8 +115,11 @@ impl Tier {
         Tier {
             me: input.me.clone(),
             retry: input.retry,
+            lease: input.lease,
             flags: input.flags.clone(),
             leading: AtomicBool::new(false),
+            lease_until_ns: AtomicU64::new(0),
+            born: Instant::now(),
             state: Mutex::new(State {
                 standing: Standing::Follower,
                 view: View::new(cfg),
@@ -114,6 +131,7 @@ impl Tier {
                 leader: None,
                 routed: 0,
                 stale: 0,
+                heard: None,
             }),
             peers: Mutex::new(HashMap::new()),
             followers: Mutex::new(HashMap::new()),
@@ -126,9 +144,28 @@ impl Tier {
         self.state.lock().expect("tier lock")
     }
 
-    /// Whether this member leads now.
+    /// Whether this member leads now: it won the locks and its lease lasts.
     pub fn leading(&self) -> bool {
-        self.leading.load(Ordering::SeqCst)
+        self.leading.load(Ordering::SeqCst) && self.lease_lasts()
+    }
+
+    /// Whether the lease, last renewed by a round that confirmed a majority
+    /// of the locks, has not run out on this member's monotonic clock.
+    pub fn lease_lasts(&self) -> bool {
+        (self.born.elapsed().as_nanos() as u64) < self.lease_until_ns.load(Ordering::SeqCst)
+    }
+
+    /// A round that began at `began` confirmed a majority of the locks: the
+    /// lease runs from then.
+    fn renew(&self, began: Instant) {
+        let until = began.saturating_duration_since(self.born) + self.lease;
+        self.lease_until_ns.store(until.as_nanos() as u64, Ordering::SeqCst);
+    }
+
+    /// Whether a follower has heard nothing from a leader for the lease
+    /// (or has no link to one).
+    fn leader_silent(&self, s: &State) -> bool {
+        s.link.is_none() || s.heard.is_none_or(|h| h.elapsed() >= self.lease)
     }
 
     /// Stops the member with `why` (the leader refused it).
@@ -140,7 +177,8 @@ impl Tier {
     /// Its standing for the feed at proxy time `t_s`.
     pub fn line(&self, t_s: f64) -> TierLine {
         let s = self.state();
-        let leading = matches!(s.standing, Standing::Leader { .. });
+        // A leader whose lease ran out is not one, even before it notices.
+        let leading = matches!(s.standing, Standing::Leader { .. }) && self.lease_lasts();
         TierLine {
             t_s,
             peer: self.me.peer,
@@ -181,10 +219,13 @@ pub(crate) fn start(
 /// The replica for a new session of `class` at a member: the controller's
 /// choice while it leads; while it follows, one within the leader's roles,
 /// reported to the leader, or the leader's answer when there is no room.
+/// A follower never picks, nor takes from the leader, a replica its own
+/// probes confirmed down ([`View::own_health`]).
 pub(super) async fn admit(shared: &Shared, t: &Tier, id: u32, class: Class) -> Result<ReplicaId, Fatal> {
     let answer = {
         let mut s = t.state();
         s.routed += 1;
+        member::fence_expired(shared, t, &mut s);
         if let Standing::Leader { .. } = s.standing {
             let r = shared.control(|c, now| c.c.request(id, class, now));
             return match r {
@@ -195,10 +236,20 @@ pub(super) async fn admit(shared: &Shared, t: &Tier, id: u32, class: Class) -> R
                 _ => Err(super::full(class, "no replica can take it now")),
             };
         }
+        let healthy = shared.control(|c, _| {
+            (0..c.c.router().config().replicas).map(|i| c.c.router().is_healthy(ReplicaId(i))).collect::<Vec<_>>()
+        });
+        let leaderless = t.leader_silent(&s);
+        for (r, up) in s.view.own_health(&healthy, leaderless) {
+            let what = if up { "answering again" } else { "down: no session goes there" };
+            eprintln!("plbbench proxy: tier {}: peer {}'s own probes found {r} {what}", t.me.tier, t.me.peer);
+        }
         if let Some(r) = s.view.choose(class) {
-            match &s.link {
-                Some((tx, ..)) => _ = tx.send(wire::line(&ToLeader::Start { replica: r, class })),
-                None => s.stale += 1,
+            if let Some((tx, ..)) = &s.link {
+                let _ = tx.send(wire::line(&ToLeader::Start { replica: r, class }));
+            }
+            if leaderless {
+                s.stale += 1;
             }
             return Ok(r);
         }
@@ -216,7 +267,15 @@ pub(super) async fn admit(shared: &Shared, t: &Tier, id: u32, class: Class) -> R
     };
     match tokio::time::timeout(ASK_TIMEOUT, answer).await {
         Ok(Ok(Some(r))) => {
-            t.state().view.started(r, class);
+            let mut s = t.state();
+            if s.view.known_down(r) {
+                // The leader counted it started there: told it ended.
+                if let Some((tx, ..)) = &s.link {
+                    let _ = tx.send(wire::line(&ToLeader::End { replica: r, class }));
+                }
+                return Err(super::full(class, "has no room within the tier's roles (the leader's pick is down here)"));
+            }
+            s.view.started(r, class);
             Ok(r)
         }
         _ => Err(super::full(class, "has no room within the tier's roles (the leader found none)")),
