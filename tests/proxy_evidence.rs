@@ -23,7 +23,7 @@ use common::have_postgres;
 use common::proxy::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// A raw client logged in through the proxy as `user` with
@@ -139,21 +139,9 @@ fn misbehaviours() -> Vec<(&'static str, Vec<u8>, Ends)> {
     ]
 }
 
-/// pgbench through the proxy as `app`: a new connection per transaction
-/// (-C, the login path PLB routes on), `SELECT 1`, rate-limited, for
-/// `secs` seconds.
+/// pgbench through the proxy as user plbbench and `app` ([`select1_bench`]).
 fn pgbench(c: &Cluster, p: &Proxy, app: &str, secs: u64) -> std::process::Child {
-    let script = c.root.join("select1.sql");
-    std::fs::write(&script, "SELECT 1;\n").unwrap();
-    Command::new("pgbench")
-        .args(["-n", "-C", "-c", "2", "-R", "20", "-T", &secs.to_string(), "-f", script.to_str().unwrap()])
-        .arg(p.dsn("plbbench"))
-        .env("PGAPPNAME", app)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    select1_bench(c, &p.dsn("plbbench"), app, secs)
 }
 
 /// The proxy's event lines that declare a replica down.

@@ -295,19 +295,9 @@ fn refusals(c: &Cluster) {
 const LEASE: Duration = Duration::from_millis(5000);
 const RETRY: Duration = Duration::from_millis(500);
 
-/// pgbench through `m` as `app`: a new session per transaction (-C),
-/// `SELECT 1` at 20 a second for `secs` seconds.
+/// pgbench through `m` as `app` ([`proxy::select1_bench`]).
 fn pgbench(c: &Cluster, m: &Member, app: &str, secs: u64) -> Child {
-    let script = c.root.join("select1.sql");
-    std::fs::write(&script, "SELECT 1;\n").unwrap();
-    std::process::Command::new("pgbench")
-        .args(["-n", "-C", "-c", "2", "-R", "20", "-T", &secs.to_string(), "-f", script.to_str().unwrap()])
-        .arg(m.dsn(app))
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap()
+    proxy::select1_bench(c, &m.dsn(app), app, secs)
 }
 
 /// pgbench's end: (its stdout, its stderr), after asserting it exited 0

@@ -454,9 +454,12 @@ async fn on_this_task(flow: &mut Flow, client: &mut ClientStream, server: &mut T
                 Ok(n) if n > 0 => {
                     let keep = match flow.client_sent(&cbuf[..n]) {
                         Pass::Write(keep) => keep,
-                        Pass::Hold => held(flow).await,
+                        Pass::Hold => {
+                            held(flow).await;
+                            n
+                        }
                     };
-                    if server.write_all(&cbuf[..keep.min(n)]).await.is_err() {
+                    if server.write_all(&cbuf[..keep]).await.is_err() {
                         return last_words(flow, client, server, &mut sbuf).await;
                     }
                     if flow.withheld() {
@@ -480,12 +483,11 @@ async fn on_this_task(flow: &mut Flow, client: &mut ClientStream, server: &mut T
 }
 
 /// Waits, asking again every 5 ms as a pump does, until the gate lets the
-/// held statement run: then all the bytes read go on.
-async fn held(flow: &mut Flow) -> usize {
+/// held statement run (then all the bytes read go on).
+async fn held(flow: &mut Flow) {
     while !flow.resume() {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
-    usize::MAX
 }
 
 /// The server stopped taking the client's bytes: its last words (a FATAL,

@@ -127,6 +127,23 @@ impl Drop for Cluster {
     }
 }
 
+/// pgbench through the proxy at `dsn` as `app`: a new connection per
+/// transaction (-C, the login path PLB routes on), `SELECT 1` at 20 a
+/// second over 2 clients, for `secs` seconds; its output piped.
+pub fn select1_bench(c: &Cluster, dsn: &str, app: &str, secs: u64) -> Child {
+    let script = c.root.join("select1.sql");
+    std::fs::write(&script, "SELECT 1;\n").unwrap();
+    Command::new("pgbench")
+        .args(["-n", "-C", "-c", "2", "-R", "20", "-T", &secs.to_string(), "-f", script.to_str().unwrap()])
+        .arg(dsn)
+        .env("PGAPPNAME", app)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// The proxy process, killed on drop if still running.
 pub struct Proxy {
     pub child: Child,
